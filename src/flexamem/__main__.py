@@ -1,0 +1,3 @@
+from flexamem.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""Command line: ``flexamem demo``, ``flexamem ingest``, ``flexamem notes``.
+
+Plain argparse (no extra dependency); every command works offline on the embedded default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from flexamem.errors import FlexaMemError
+from flexamem.memory import Memory
+from flexamem.notes import Note
+
+
+def _print_note(note: Note, out: list[str]) -> None:
+    head = f"[{note.unit_id} · {note.date or note.kind}] tokens raw={note.raw_tokens} record={note.record_tokens}"
+    out.append(head)
+    out.append(f"  record:   {note.record}")
+    out.append(f"  keywords: {', '.join(note.fields.keywords)}")
+    out.append(
+        f"  links:    {', '.join(str(s) for s in note.links) or '-'}   pieces: {len(note.pieces)}"
+        f"   writer: {note.writer}{' (flagged)' if note.flagged else ''}"
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from flexamem.demo import DEMO_SESSIONS
+
+    db = args.db or str(Path(tempfile.mkdtemp(prefix="flexamem-demo-")) / "demo.db")
+    start = time.perf_counter()
+    with Memory(db) as mem:
+        if len(mem) == 0:
+            for sid, date, turns in DEMO_SESSIONS:
+                mem.add_session(turns, session_id=sid, date=date)
+        lines = [f"FlexA-Mem demo: {len(mem)} notes in {db} ({time.perf_counter() - start:.2f} s)", ""]
+        for note in mem.notes():
+            _print_note(note, lines)
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from flexamem.config import Settings
+    from flexamem.eval.locomo import load_locomo
+
+    conversations = load_locomo(args.data)
+    settings = Settings(one_unit_per_session=True)
+    for conv in conversations:
+        if args.sample and conv.sample_id not in args.sample:
+            continue
+        with Memory(args.db, history=conv.sample_id, settings=settings) as mem:
+            start = time.perf_counter()
+            for s in conv.sessions:
+                if s.session_id in {n.session_id for n in mem.history.notes}:
+                    continue
+                mem.add_session(s.turns, session_id=s.session_id, date=s.date)
+            print(
+                f"{conv.sample_id}: {len(mem)} notes, {mem.history.pieces_count} pieces "
+                f"({time.perf_counter() - start:.2f} s)"
+            )
+    return 0
+
+
+def cmd_notes(args: argparse.Namespace) -> int:
+    with Memory(args.db, history=args.history, read_only=True) as mem:
+        lines: list[str] = []
+        for note in mem.notes():
+            _print_note(note, lines)
+    print("\n".join(lines) if lines else f"no notes in history {args.history!r}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexamem", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="ingest a small built-in history and print its notes")
+    p.add_argument("--db", help="SQLite file to write (default: a new temporary file)")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("ingest", help="ingest LoCoMo conversations (one unit per session)")
+    p.add_argument("--data", required=True, help="path to a LoCoMo JSON file")
+    p.add_argument("--db", required=True, help="SQLite file; one history per conversation")
+    p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
+    p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("notes", help="print the notes of a history")
+    p.add_argument("--db", required=True)
+    p.add_argument("--history", default="default")
+    p.set_defaults(func=cmd_notes)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except FlexaMemError as exc:
+        print(f"flexamem: error: {exc}", file=sys.stderr)
+        return 2

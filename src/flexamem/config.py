@@ -1,0 +1,61 @@
+"""Settings: every number the algorithm uses, with the reason for its default.
+
+Writing settings (units, pieces, records) shape what is stored; a history keeps the pieces it was
+written with even if later opened with other settings. Rendering settings (``rho``, ``lam``, ``k``,
+``excerpt_tokens``) may change at every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Settings:
+    kappa: int = 128
+    """Max tokens of a piece. Pieces are packed lines within one turn/block; ~100-token pieces give the
+    paper's ~1,040 pieces per 103k-token LongMemEval history. Calibrated in docs/CALIBRATION.md."""
+
+    max_unit_tokens: int = 2000
+    """Reader units: sessions are cut before user turns into spans of at most about this many tokens."""
+
+    one_unit_per_session: bool = False
+    """Reader units: keep each session whole (the paper's choice on LoCoMo)."""
+
+    agent_unit_tokens: int = 1000
+    """Agent units: consecutive steps are packed while the unit stays within this many tokens."""
+
+    links: int = 3
+    """Each new note links both ways to this many earlier notes of highest cosine."""
+
+    record_words: int = 80
+    """Word limit of a record (the paper's)."""
+
+    merged_words: int = 150
+    """Word limit of a merged record (asked for 120 from an LLM, cut at 150)."""
+
+    rho: float = 0.5
+    """Timeline share of the allowance: merging stops once the timeline fits ``rho * A`` (or ``A - D``)."""
+
+    lam: float = 0.8
+    """Discount for units reached through a link or as a time neighbour of a seed (lambda < 1)."""
+
+    k: int = 3
+    """Seeds: the k units most similar to the query."""
+
+    excerpt_tokens: int = 256
+    """E: token budget of the pieces in one excerpt."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int | float) and value <= 0:
+                raise ValueError(f"setting {f.name} must be positive, got {value}")
+        if self.kappa < 4:
+            raise ValueError("setting kappa must be at least 4 tokens (one character can take 4)")
+        if not self.lam < 1:
+            raise ValueError("setting lam (lambda) must be below 1")
+        if not self.rho <= 1:
+            raise ValueError("setting rho must be at most 1")

@@ -1,0 +1,39 @@
+"""Exceptions raised by FlexA-Mem.
+
+Every error the library raises on purpose derives from :class:`FlexaMemError`, so callers can catch
+one type. Errors are raised *before* anything is written: a failed call leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+
+class FlexaMemError(Exception):
+    """Base class of every error FlexA-Mem raises on purpose."""
+
+
+class InvalidInputError(FlexaMemError, ValueError):
+    """The caller passed data the library cannot store faithfully (empty text, bad bytes, ...)."""
+
+
+class DuplicateUnitError(FlexaMemError):
+    """A unit id was written twice; notes are write-once."""
+
+
+class WriteOnceError(FlexaMemError):
+    """Something tried to change or delete raw text, a record or another immutable part of a note."""
+
+
+class StoreError(FlexaMemError):
+    """The store cannot be used: closed, read-only, corrupt or of an unknown schema version."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed and cannot be used any more."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted on a store opened read-only (or on a read-only file)."""
+
+
+class ModelUnavailableError(FlexaMemError):
+    """A local model (tokenizer or embedding weights) is not installed."""

@@ -1,0 +1,1 @@
+"""Evaluation: data-set loaders, methods and measures over real histories."""

@@ -1,0 +1,68 @@
+"""One history held in memory for fast rendering: notes, their embedding matrix, links and BM25.
+
+Built once from the store when a :class:`~flexamem.memory.Memory` opens (a rebuild of the BM25 index
+from the stored pieces takes milliseconds) and extended in place as notes are added, so rendering
+never reads more than this. Piece ``p`` of note ``seq`` is BM25 document ``doc_of[seq] + p``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flexamem.notes import Note, Piece
+from flexamem.recover.bm25 import BM25Index
+from flexamem.text import content_words
+
+
+class History:
+    """In-memory view of one history (read-mostly; extended only by ``extend``)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.notes: list[Note] = []
+        self.embeddings = np.zeros((0, dim), dtype=np.float32)
+        self.links: list[list[int]] = []
+        self.index = BM25Index()
+        self.doc_of: list[int] = []  # first BM25 doc id of each note
+        self.piece_of: list[tuple[int, int]] = []  # BM25 doc id -> (seq, piece index)
+        self.unit_ids: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.notes)
+
+    @property
+    def pieces_count(self) -> int:
+        return len(self.piece_of)
+
+    def extend(self, notes: Sequence[Note], links: Sequence[tuple[int, int]] = ()) -> None:
+        """Append written notes (in seq order) and any new link edges."""
+        if not notes and not links:
+            return
+        for note in notes:
+            if note.seq != len(self.notes):
+                raise ValueError(f"note seq {note.seq} out of order (expected {len(self.notes)})")
+            self.notes.append(note)
+            self.links.append([])
+            self.unit_ids[note.unit_id] = note.seq
+            self.doc_of.append(len(self.piece_of))
+            for piece in note.pieces:
+                self.index.add(content_words(piece.text))
+                self.piece_of.append((note.seq, piece.index))
+        if notes:
+            self.embeddings = np.vstack([self.embeddings, np.stack([n.embedding for n in notes])]).astype(np.float32)
+        for a, b in links:
+            if b not in self.links[a]:
+                self.links[a].append(b)
+
+    def piece(self, doc: int) -> tuple[Note, Piece]:
+        seq, idx = self.piece_of[doc]
+        note = self.notes[seq]
+        return note, note.pieces[idx]
+
+    @classmethod
+    def from_notes(cls, notes: Sequence[Note], dim: int) -> History:
+        history = cls(dim)
+        history.extend(notes, [(n.seq, b) for n in notes for b in n.links])
+        return history

@@ -1,0 +1,151 @@
+"""``Memory``: the public entry point. Add history once; (from the rendering issue on) render often.
+
+    import flexamem as fm
+    mem = fm.Memory("memory.db")
+    mem.add_session([{"speaker": "Caroline", "text": "..."}], session_id="s1", date="8 May 2023")
+    mem.notes()
+
+The data flow is one direction: caller input -> :mod:`flexamem.write.units` (validate, cut into
+units) -> :class:`~flexamem.write.writer.NoteWriter` (records, embeddings, pieces, links) -> the
+:class:`~flexamem.store.base.Store` (one transaction) -> :class:`~flexamem.history.History` (the
+in-memory view rendering reads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flexamem.config import Settings
+from flexamem.errors import DuplicateUnitError, InvalidInputError
+from flexamem.history import History
+from flexamem.notes import Note, Turn, UnitDraft
+from flexamem.store.base import Store
+from flexamem.store.sqlite import SQLiteStore
+from flexamem.tokens import TokenCounter, counter
+from flexamem.write.embed import Embedder, default_embedder
+from flexamem.write.records import RecordWriter, RuleWriter
+from flexamem.write.units import clean_text, cut_session, parse_turns
+from flexamem.write.writer import NoteWriter
+
+
+class Memory:
+    """A write-once memory of one history, stored in SQLite (or any :class:`Store`).
+
+    Args:
+        path: SQLite file, or ``":memory:"`` for a throwaway memory. Ignored when ``store`` is given.
+        history: which history of the store this object reads and writes (a store can hold many).
+        settings: writing and rendering settings; defaults are documented in :class:`Settings`.
+        writer: writes records and fields; the offline :class:`RuleWriter` by default.
+        embedder: sentence embeddings; all-MiniLM-L6-v2 (numpy) by default.
+        store: a ready store instance (overrides ``path``).
+        read_only: open the file read-only; any write raises :class:`ReadOnlyStoreError`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        *,
+        history: str = "default",
+        settings: Settings | None = None,
+        writer: RecordWriter | None = None,
+        embedder: Embedder | None = None,
+        store: Store | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.counter: TokenCounter = counter()
+        self.writer: RecordWriter = writer or RuleWriter(self.settings.record_words, self.settings.merged_words)
+        self._embedder = embedder
+        self.store: Store = store or SQLiteStore(path, read_only=read_only)
+        self.history_id = history
+        self._lock = threading.RLock()
+        self._history: History | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
+
+    @property
+    def history(self) -> History:
+        """The in-memory view, loaded from the store on first use."""
+        if self._history is None:
+            self._history = History.from_notes(self.store.load_notes(self.history_id), self.embedder.dim)
+        return self._history
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.history)
+
+    # -- writing -----------------------------------------------------------------------------------
+    def add_session(
+        self,
+        turns: Iterable[Mapping[str, Any] | Turn],
+        *,
+        session_id: str | None = None,
+        date: str | None = None,
+    ) -> list[str]:
+        """Write one conversation session as notes; returns the new unit ids, in order.
+
+        Turns are ``{"speaker", "text"}`` dicts with optional ``"id"`` (kept on every piece, e.g. a
+        LoCoMo ``dia_id``) and ``"role"`` (sessions are cut before ``"user"`` turns). All units of
+        the session land in one transaction, or none do.
+        """
+        parsed = parse_turns(turns)
+        with self._lock:
+            history = self.history
+            sid = clean_text(session_id, "session_id") if session_id is not None else f"s{self._session_count() + 1}"
+            clean_date = clean_text(date, "date").strip() if date is not None else None
+            drafts = cut_session(
+                parsed,
+                self.counter,
+                session_id=sid,
+                date=clean_date,
+                max_unit_tokens=self.settings.max_unit_tokens,
+                one_unit=self.settings.one_unit_per_session,
+            )
+            return self._write(drafts, history)
+
+    def _session_count(self) -> int:
+        return len({n.session_id for n in self.history.notes})
+
+    def _write(self, drafts: list[UnitDraft], history: History) -> list[str]:
+        seen = set(history.unit_ids)
+        for d in drafts:
+            if d.unit_id in seen:
+                raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
+            seen.add(d.unit_id)
+        self.store.ensure_history(self.history_id, drafts[0].kind if drafts else "conversation")
+        notes, links = NoteWriter(self.writer, self.embedder, self.counter, self.settings).write(
+            drafts, len(history), history.embeddings
+        )
+        self.store.append_notes(self.history_id, notes, links)
+        history.extend(notes, links)
+        return [n.unit_id for n in notes]
+
+    # -- reading -----------------------------------------------------------------------------------
+    def notes(self) -> list[Note]:
+        """Every note, oldest first, with its current links (later notes add back-links)."""
+        history = self.history
+        return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
+
+    def note(self, unit_id: str) -> Note:
+        try:
+            seq = self.history.unit_ids[unit_id]
+        except KeyError:
+            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}") from None
+        return self.notes()[seq]

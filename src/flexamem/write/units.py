@@ -1,0 +1,183 @@
+"""Validating input and cutting it into units (SPEC section 1).
+
+Reader side: a session is cut before user turns into spans of at most ``max_unit_tokens`` (~2,000)
+tokens, or kept whole (``one_unit_per_session``, as the paper does on LoCoMo). Agent side: consecutive
+steps are packed into one unit while it stays within ``agent_unit_tokens`` (1,000); a larger step is a
+unit on its own.
+
+Normalisation (documented in the README): text may be ``str`` or UTF-8 ``bytes``; ``\\r\\n`` and ``\\r``
+become ``\\n``; nothing else is changed, so exact strings survive verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from flexamem.errors import InvalidInputError
+from flexamem.notes import Block, Step, Turn, UnitDraft
+from flexamem.tokens import TokenCounter
+
+TURN_FIELDS = frozenset({"speaker", "text", "id", "role"})
+LABEL_COMMAND_CHARS = 60
+
+
+def clean_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
+    """Decode and normalise one text field, or raise :class:`InvalidInputError` naming it."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} holds a lone surrogate at character {exc.start}") from exc
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} holds a NUL character")
+    text: str = value.replace("\r\n", "\n").replace("\r", "\n")
+    if not allow_empty and not text.strip():
+        raise InvalidInputError(f"{what} is empty or whitespace only")
+    return text
+
+
+def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
+    """Validate caller turns: dicts with ``speaker`` and ``text`` (``id`` and ``role`` optional)."""
+    if isinstance(turns, str | bytes | Mapping):
+        raise InvalidInputError("turns must be a list of turns, not a single string or mapping")
+    out: list[Turn] = []
+    for i, turn in enumerate(turns):
+        where = f"turn {i}"
+        if isinstance(turn, Turn):
+            turn = {"speaker": turn.speaker, "text": turn.text, "id": turn.id, "role": turn.role}
+        if not isinstance(turn, Mapping):
+            raise InvalidInputError(f"{where} must be a mapping with 'speaker' and 'text'")
+        unknown = set(turn) - TURN_FIELDS
+        if unknown:
+            raise InvalidInputError(f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(TURN_FIELDS)}")
+        if turn.get("speaker") is None:
+            raise InvalidInputError(f"{where} has no speaker")
+        speaker = clean_text(turn["speaker"], f"{where} speaker").strip()
+        if "\n" in speaker:
+            raise InvalidInputError(f"{where} speaker spans several lines")
+        text = clean_text(turn.get("text"), f"{where} text")
+        tid = turn.get("id")
+        role = turn.get("role")
+        out.append(
+            Turn(
+                speaker=speaker,
+                text=text,
+                id=None if tid is None else str(tid),
+                role=None if role is None else str(role).lower(),
+            )
+        )
+    if not out:
+        raise InvalidInputError("a session needs at least one turn")
+    return out
+
+
+def turn_blocks(turns: Sequence[Turn]) -> list[Block]:
+    """One block per turn, ``"Speaker: text"``, offsets as if joined by newlines."""
+    blocks, pos = [], 0
+    for t in turns:
+        text = f"{t.speaker}: {t.text}"
+        blocks.append(Block(kind="turn", text=text, label=t.speaker, start=pos, source_id=t.id))
+        pos += len(text) + 1
+    return blocks
+
+
+def step_blocks(steps: Sequence[Step], start: int = 0) -> list[Block]:
+    """Two blocks per step: the action and its output, each under a ``[step N]`` header."""
+    blocks, pos = [], start
+    for s in steps:
+        command = s.action.strip().split("\n", 1)[0][:LABEL_COMMAND_CHARS]
+        for kind, text, label in (
+            ("action", f"[step {s.number}] {s.actor}: {s.action}", f"step {s.number}"),
+            ("output", f"[step {s.number}] output: {s.observation}", f"step {s.number} · output of {command}"),
+        ):
+            blocks.append(
+                Block(kind=kind, text=text, label=label, start=pos, source_id=f"step {s.number}", step=s.number)  # type: ignore[arg-type]
+            )
+            pos += len(text) + 1
+    return blocks
+
+
+def _rebase(blocks: Sequence[Block]) -> tuple[str, tuple[Block, ...]]:
+    """Join blocks into raw text, re-computing their offsets from zero."""
+    out, pos = [], 0
+    for b in blocks:
+        out.append(Block(kind=b.kind, text=b.text, label=b.label, start=pos, source_id=b.source_id, step=b.step))
+        pos += len(b.text) + 1
+    return "\n".join(b.text for b in blocks), tuple(out)
+
+
+def cut_session(
+    turns: Sequence[Turn],
+    counter: TokenCounter,
+    *,
+    session_id: str,
+    date: str | None,
+    max_unit_tokens: int,
+    one_unit: bool = False,
+) -> list[UnitDraft]:
+    """Cut one session into units: before user turns, each span within ``max_unit_tokens``.
+
+    When no turn carries ``role="user"`` (two human speakers, as in LoCoMo) any turn may start a span.
+    A turn is never split: one larger than the limit is a unit on its own.
+    """
+    blocks = turn_blocks(turns)
+    sizes = counter.count_many([b.text for b in blocks])
+    has_roles = any(t.role == "user" for t in turns)
+    groups: list[list[int]] = [[]]
+    total = 0
+    for i, turn in enumerate(turns):
+        can_cut = not has_roles or turn.role == "user"
+        if not one_unit and groups[-1] and can_cut and total + sizes[i] + 1 > max_unit_tokens:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += sizes[i] + 1
+    units = []
+    for k, group in enumerate(groups):
+        raw, rebased = _rebase([blocks[i] for i in group])
+        unit_id = session_id if len(groups) == 1 else f"{session_id}/{k}"
+        units.append(
+            UnitDraft(unit_id=unit_id, kind="conversation", raw=raw, blocks=rebased, session_id=session_id, date=date)
+        )
+    return units
+
+
+def pack_steps(step_tokens: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group consecutive step indexes: a unit grows while it stays within ``max_tokens``."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, size in enumerate(step_tokens):
+        if groups and total + size <= max_tokens:
+            groups[-1].append(i)
+            total += size
+        else:
+            groups.append([i])
+            total = size
+    return groups
+
+
+def agent_unit(steps: Sequence[Step], *, unit_id: str, session_id: str | None = None) -> UnitDraft:
+    """One agent unit from consecutive steps."""
+    if not steps:
+        raise InvalidInputError("an agent unit needs at least one step")
+    raw, blocks = _rebase(step_blocks(steps))
+    return UnitDraft(
+        unit_id=unit_id,
+        kind="agent",
+        raw=raw,
+        blocks=blocks,
+        session_id=session_id,
+        steps=(steps[0].number, steps[-1].number),
+    )
+
+
+def step_text_tokens(step: Step, counter: TokenCounter) -> int:
+    """Tokens one step adds to a unit (both blocks and their separators)."""
+    return sum(counter.count(b.text) + 1 for b in step_blocks([step]))

@@ -1,0 +1,89 @@
+"""From unit drafts to notes: records, embeddings, pieces, token counts and links (SPEC section 2).
+
+Everything a note holds is computed here, before the store is touched, so the store write that
+follows is one short transaction and a failure anywhere leaves the store unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flexamem.config import Settings
+from flexamem.notes import Note, UnitDraft
+from flexamem.tokens import TokenCounter
+from flexamem.write.embed import Embedder
+from flexamem.write.pieces import cut_pieces
+from flexamem.write.records import RecordWriter
+
+
+def embedding_text(record: str, fields_text: str) -> str:
+    """What is embedded for a note: the record followed by its fields (``s_i || f_i``)."""
+    return f"{record}\n{fields_text}" if fields_text else record
+
+
+def link_targets(vector: np.ndarray, earlier: np.ndarray, k: int) -> list[int]:
+    """The ``k`` earlier notes of highest cosine (vectors are unit length), best first."""
+    if earlier.shape[0] == 0:
+        return []
+    sims = earlier @ vector
+    order = np.argsort(-sims, kind="stable")
+    return [int(i) for i in order[:k]]
+
+
+class NoteWriter:
+    """Writes notes for a batch of units that follow ``start_seq`` earlier notes."""
+
+    def __init__(self, writer: RecordWriter, embedder: Embedder, counter: TokenCounter, settings: Settings) -> None:
+        self.writer = writer
+        self.embedder = embedder
+        self.counter = counter
+        self.settings = settings
+
+    def write(
+        self, drafts: Sequence[UnitDraft], start_seq: int, earlier: np.ndarray
+    ) -> tuple[list[Note], list[tuple[int, int]]]:
+        """Notes for ``drafts`` and the new link edges (both directions)."""
+        if not drafts:
+            return [], []
+        records = self.writer.write_records(drafts)
+        if len(records) != len(drafts):
+            raise RuntimeError(
+                f"record writer {self.writer.name} returned {len(records)} records for {len(drafts)} units"
+            )
+        field_texts = [r.fields.as_text() for r in records]
+        vectors = self.embedder.embed([embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)])
+        counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
+        n = len(drafts)
+        notes: list[Note] = []
+        links: list[tuple[int, int]] = []
+        matrix = earlier
+        for i, (draft, record) in enumerate(zip(drafts, records, strict=True)):
+            seq = start_seq + i
+            targets = link_targets(vectors[i], matrix, self.settings.links)
+            links += [(seq, t) for t in targets] + [(t, seq) for t in targets]
+            notes.append(
+                Note(
+                    seq=seq,
+                    unit_id=draft.unit_id,
+                    kind=draft.kind,
+                    raw=draft.raw,
+                    raw_tokens=counts[i],
+                    record=record.text,
+                    record_tokens=counts[n + i],
+                    fields=record.fields,
+                    fields_tokens=counts[2 * n + i],
+                    embedding=vectors[i],
+                    pieces=cut_pieces(draft, self.settings.kappa, self.counter),
+                    blocks=draft.blocks,
+                    links=tuple(targets),
+                    session_id=draft.session_id,
+                    date=draft.date,
+                    steps=draft.steps,
+                    writer=record.writer,
+                    flagged=record.flagged,
+                )
+            )
+            matrix = np.vstack([matrix, vectors[i : i + 1]])
+        return notes, links

@@ -1,0 +1,88 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flexamem as fm
+
+
+def test_add_session_returns_ids_and_writes_full_notes(mem: fm.Memory) -> None:
+    ids = mem.add_session(
+        [
+            {"speaker": "Caroline", "text": "I went to the LGBTQ support group yesterday.", "id": "D1:3"},
+            {"speaker": "Melanie", "text": "That's great!\nHow did it go?", "id": "D1:4"},
+        ],
+        session_id="s1",
+        date="8 May 2023",
+    )
+    assert ids == ["s1"]
+    [note] = mem.notes()
+    assert note.raw == "Caroline: I went to the LGBTQ support group yesterday.\nMelanie: That's great!\nHow did it go?"
+    assert note.date == "8 May 2023" and note.session_id == "s1" and note.turn_ids == ("D1:3", "D1:4")
+    assert note.raw_tokens == fm.count(note.raw) and note.record_tokens == fm.count(note.record)
+    assert note.fields_tokens == fm.count(note.fields.as_text())
+    assert note.embedding.shape == (384,) and abs(float(np.linalg.norm(note.embedding)) - 1) < 1e-5
+    assert [p.source_id for p in note.pieces] == ["D1:3", "D1:4"]
+    assert sum(p.tokens for p in note.pieces) <= note.raw_tokens + len(note.pieces)
+
+
+def test_links_go_both_ways_to_the_top_three(demo_mem: fm.Memory) -> None:
+    demo_mem.add_session([{"speaker": "Ana", "text": "Lisbon flight TP1351 was delayed by an hour."}], session_id="s4")
+    notes = demo_mem.notes()
+    newest = notes[-1]
+    assert len(newest.links) == 3
+    sims = np.stack([n.embedding for n in notes[:-1]]) @ newest.embedding
+    assert list(newest.links) == [int(i) for i in np.argsort(-sims, kind="stable")[:3]]
+    for target in newest.links:
+        assert newest.seq in notes[target].links
+
+
+def test_session_ids_are_generated_and_kept_unique(mem: fm.Memory) -> None:
+    assert mem.add_session([{"speaker": "A", "text": "one"}]) == ["s1"]
+    assert mem.add_session([{"speaker": "A", "text": "two"}]) == ["s2"]
+    with pytest.raises(fm.DuplicateUnitError):
+        mem.add_session([{"speaker": "A", "text": "three"}], session_id="s1")
+
+
+def test_bad_input_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    mem = fm.Memory(path)
+    mem.add_session([{"speaker": "A", "text": "kept"}], session_id="ok")
+    for bad in (
+        [{"speaker": "A", "text": "fine"}, {"speaker": "B", "text": ""}],
+        [{"speaker": "A", "text": b"\xc3\x28"}],
+        [{"speaker": "A", "text": "x", "extra": 1}],
+        [{"speaker": None, "text": "x"}],
+    ):
+        with pytest.raises(fm.InvalidInputError):
+            mem.add_session(bad, session_id="bad")
+    with pytest.raises(fm.InvalidInputError):
+        mem.add_session([{"speaker": "A", "text": "x"}], session_id="   ")
+    assert [n.unit_id for n in fm.Memory(path).notes()] == ["ok"]
+
+
+def test_megabyte_line_is_stored(mem: fm.Memory) -> None:
+    text = "".join(f"value{i} " for i in range(150_000))[:1_000_000]
+    [uid] = mem.add_session([{"speaker": "tool", "text": text}], session_id="big")
+    note = mem.note(uid)
+    assert note.raw == "tool: " + text
+    assert all(p.tokens <= mem.settings.kappa for p in note.pieces)
+    assert len(note.record.split()) <= 80
+
+
+def test_many_histories_in_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    a, b = fm.Memory(path, history="a"), fm.Memory(path, history="b")
+    a.add_session([{"speaker": "A", "text": "alpha"}], session_id="x")
+    b.add_session([{"speaker": "B", "text": "beta"}], session_id="x")
+    assert fm.Memory(path, history="a").notes()[0].raw == "A: alpha"
+    assert fm.Memory(path, history="b").notes()[0].raw == "B: beta"
+
+
+def test_unknown_unit_and_settings_validation(mem: fm.Memory) -> None:
+    with pytest.raises(fm.InvalidInputError):
+        mem.note("nope")
+    with pytest.raises(ValueError, match="kappa"):
+        fm.Settings(kappa=0)
+    with pytest.raises(ValueError, match="lam"):
+        fm.Settings(lam=1.0)
