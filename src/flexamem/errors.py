@@ -37,3 +37,7 @@ class ReadOnlyStoreError(StoreError):
 
 class ModelUnavailableError(FlexaMemError):
     """A local model (tokenizer or embedding weights) is not installed."""
+
+
+class BudgetError(InvalidInputError):
+    """The budget leaves no room: the fixed prompt alone reaches the ceiling ``floor(0.95 * B)``."""

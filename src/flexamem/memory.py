@@ -15,21 +15,30 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from flexamem.config import Settings
-from flexamem.errors import DuplicateUnitError, InvalidInputError
+from flexamem.errors import BudgetError, DuplicateUnitError, InvalidInputError
 from flexamem.history import History
 from flexamem.notes import Note, Turn, UnitDraft
+from flexamem.render.renderer import Query, Renderer, RenderOptions
+from flexamem.render.result import Rendering
+from flexamem.render.timeline import Timeline
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
+from flexamem.text import query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder, default_embedder
 from flexamem.write.records import RecordWriter, RuleWriter
 from flexamem.write.units import clean_text, cut_session, parse_turns
 from flexamem.write.writer import NoteWriter
+
+if TYPE_CHECKING:
+    from flexamem.agent import AgentSession
 
 
 class Memory:
@@ -64,6 +73,9 @@ class Memory:
         self.history_id = history
         self._lock = threading.RLock()
         self._history: History | None = None
+        self._renderer: Renderer | None = None
+        self._piece_vectors: dict[int, np.ndarray] = {}
+        self._query_vectors: dict[str, np.ndarray] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -78,6 +90,13 @@ class Memory:
         if self._history is None:
             self._history = History.from_notes(self.store.load_notes(self.history_id), self.embedder.dim)
         return self._history
+
+    @property
+    def renderer(self) -> Renderer:
+        if self._renderer is None:
+            timeline = Timeline(self.history, self.store, self.history_id, self.writer, self.counter)
+            self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
+        return self._renderer
 
     def close(self) -> None:
         self.store.close()
@@ -149,3 +168,93 @@ class Memory:
         except KeyError:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}") from None
         return self.notes()[seq]
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def render(
+        self,
+        query: str,
+        budget: int,
+        *,
+        mode: str = "pieces",
+        prompt: str = "",
+        options: RenderOptions | None = None,
+    ) -> Rendering:
+        """A fresh memory for one question, within the budget.
+
+        The fixed prompt is ``prompt`` plus the query, so ``count(prompt) + count(query) +
+        r.tokens <= floor(0.95 * budget)``. ``mode`` is ``"pieces"`` (piece recovery, the mode for
+        questions over a history) or ``"units"`` (unit recovery, the agents' mode). No LLM is called
+        except to write a merged record the first time it is needed (then stored and reused).
+        """
+        if mode not in ("pieces", "units"):
+            raise InvalidInputError(f"unknown mode {mode!r}: use 'pieces' or 'units'")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError("the query is empty")
+        allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
+        q = Query(
+            text=query,
+            terms=query_terms(query),
+            excerpt_terms=query_terms(query),
+            vector=lambda: self.query_vector(query),
+        )
+        with self._lock:
+            return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
+
+    def agent(
+        self,
+        task: str | None = None,
+        *,
+        budget: int | None = None,
+        system: str = "",
+        session_id: str | None = None,
+    ) -> AgentSession:
+        """Start an agent session (``task`` and ``budget`` required) or resume one by ``session_id``.
+
+        The session lives in this memory's store as history ``agent:<session_id>``.
+        """
+        from flexamem.agent import AgentSession
+
+        def factory(history_id: str) -> Memory:
+            return Memory(
+                store=self.store,
+                history=history_id,
+                settings=self.settings,
+                writer=self.writer,
+                embedder=self._embedder,
+            )
+
+        return AgentSession.open(factory, task=task, budget=budget, system=system, session_id=session_id)
+
+    @staticmethod
+    def ceiling(budget: int) -> int:
+        """``floor(0.95 * B)``: the hard limit on the whole context."""
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+            raise BudgetError(f"budget must be a positive number of tokens, got {budget!r}")
+        return (budget * 95) // 100
+
+    def allowance(self, budget: int, fixed_tokens: int) -> int:
+        allowance = self.ceiling(budget) - fixed_tokens
+        if allowance <= 0:
+            raise BudgetError(
+                f"budget {budget} leaves no room for memory: the fixed prompt takes {fixed_tokens} of the "
+                f"{self.ceiling(budget)} tokens allowed (0.95 * budget)"
+            )
+        return allowance
+
+    def query_vector(self, text: str) -> np.ndarray:
+        vector = self._query_vectors.get(text)
+        if vector is None:
+            vector = self.embedder.embed([text])[0]
+            if len(self._query_vectors) > 256:
+                self._query_vectors.clear()
+            self._query_vectors[text] = vector
+        return vector
+
+    def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
+        """Embeddings of pieces (by BM25 doc id), computed when first needed and kept in memory."""
+        missing = [d for d in docs if d not in self._piece_vectors]
+        if missing:
+            texts = [self.history.piece(d)[1].text for d in missing]
+            for d, v in zip(missing, self.embedder.embed(texts), strict=True):
+                self._piece_vectors[d] = v
+        return np.stack([self._piece_vectors[d] for d in docs]) if docs else np.zeros((0, self.embedder.dim))

@@ -1,0 +1,275 @@
+"""Agent sessions (SPEC sections 1, 3, 4): steps in, a budgeted chat context out, at every call.
+
+    agent = mem.agent(task="Reset friends on venmo ...", budget=4096, system="You are ...")
+    agent.step(action="...", observation="...")
+    messages = agent.messages()   # system, task, one memory message, the recent window
+
+Steps are packed into units of up to 1,000 tokens. The recent window is the longest run of newest
+units within ``B/4`` tokens (always the newest unit) and is shown unchanged. A unit is written as a
+note when it leaves the window. Until the full history would exceed ``floor(0.95 * B)`` the context
+is the history itself (pass-through); from the first call that would exceed it, memory is on: the
+timeline of records plus unit recovery fills the allowance ``A = B_bar - |P| - |W|``. Merges are sized
+by ``max(A, A_ref)`` where ``A_ref`` assumes a full ``B/4`` window, and persist for the episode; when
+the newest unit alone exceeds ``B/4`` the oldest entries are hidden for that call only.
+
+Everything (task, steps, merged records, whether memory started) lives in the store, so a restarted
+process continues the same session with ``mem.agent(session_id=...)``.
+
+If even the fixed prompt plus the newest unit cannot fit, the newest unit's longest message is cut
+with a visible mark (``[… N tokens cut to fit the budget]``) and no memory is shown; if the fixed
+prompt alone cannot fit, :class:`BudgetError` is raised. The context never exceeds the ceiling.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexamem.errors import BudgetError, InvalidInputError
+from flexamem.notes import Step
+from flexamem.render.messages import Message, message_tokens, messages_tokens
+from flexamem.render.renderer import Query, RenderOptions
+from flexamem.render.result import Rendering
+from flexamem.text import query_terms
+from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_tokens
+
+if TYPE_CHECKING:
+    from flexamem.memory import Memory
+
+MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """One call's context: the messages and how they were made."""
+
+    messages: list[Message]
+    tokens: int  # messages_tokens(messages): never above the ceiling
+    ceiling: int
+    memory: Rendering | None = None
+    pass_through: bool = True
+    window_units: tuple[int, ...] = ()
+    cut: bool = False  # the newest unit had to be cut to fit
+    notes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentSession:
+    """A persistent agent episode over one history of the store (``agent:<session_id>``)."""
+
+    def __init__(self, memory: Memory, session_id: str) -> None:
+        self.mem = memory
+        self.session_id = session_id
+        self.counter = memory.counter
+        meta = memory.store.ensure_history(memory.history_id, "agent")
+        self.task: str = meta["task"]
+        self.system: str = meta.get("system", "")
+        self.budget: int = int(meta["budget"])
+        self.steps: list[Step] = []
+        self._messages: list[list[Message]] = []
+        self._raw_tokens: list[int] = []
+        self._msg_tokens: list[int] = []
+        count = memory.store.get_state(memory.history_id, "steps") or 0
+        for i in range(count):
+            data = memory.store.get_state(memory.history_id, f"step:{i}")
+            self._remember(Step(i + 1, data["action"], data["observation"], data["actor"]), data["messages"])
+        self._task_vector: np.ndarray | None = None
+
+    @classmethod
+    def open(
+        cls, memory_factory: Any, *, task: str | None, budget: int | None, system: str, session_id: str | None
+    ) -> AgentSession:
+        """Create a new session or resume a stored one (``memory_factory(history_id)`` -> Memory)."""
+        sid = session_id or uuid.uuid4().hex[:12]
+        mem: Memory = memory_factory(f"agent:{sid}")
+        existing = dict(mem.store.histories()).get(f"agent:{sid}")
+        if existing is None:
+            if task is None or budget is None:
+                raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
+            task = clean_text(task, "task")
+            mem.ceiling(budget)  # validates the budget
+            mem.store.ensure_history(mem.history_id, "agent", {"task": task, "system": system, "budget": budget})
+        session = cls(mem, sid)
+        if task is not None and task != session.task:
+            raise InvalidInputError(f"agent session {sid!r} was started with another task")
+        return session
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def step(
+        self, action: str, observation: str = "", *, actor: str = "assistant", messages: Sequence[Message] | None = None
+    ) -> int:
+        """Record one step: the agent's action and what came back. Returns the step number.
+
+        ``messages`` (optional) are the step's original chat messages, shown unchanged while the step
+        is in the recent window; by default an assistant message with the action and a user message
+        with the observation.
+        """
+        action = clean_text(action, "action")
+        observation = clean_text(observation, "observation", allow_empty=True)
+        step = Step(len(self.steps) + 1, action, observation, clean_text(actor, "actor").strip())
+        msgs = (
+            [dict(m) for m in messages]
+            if messages
+            else [
+                {"role": "assistant", "content": action},
+                {"role": "user", "content": observation},
+            ]
+        )
+        store, hid = self.mem.store, self.mem.history_id
+        store.set_state(
+            hid,
+            f"step:{len(self.steps)}",
+            {
+                "action": step.action,
+                "observation": step.observation,
+                "actor": step.actor,
+                "messages": msgs,
+            },
+        )
+        store.set_state(hid, "steps", len(self.steps) + 1)
+        self._remember(step, msgs)
+        self._write_left_units()
+        return step.number
+
+    def _remember(self, step: Step, msgs: list[Message]) -> None:
+        self.steps.append(step)
+        self._messages.append(msgs)
+        self._raw_tokens.append(step_text_tokens(step, self.counter))
+        self._msg_tokens.append(sum(message_tokens(m, self.counter) for m in msgs))
+
+    def units(self) -> list[list[int]]:
+        """Step indexes of each unit (packing is prefix-stable: only the newest unit still grows)."""
+        return pack_steps(self._raw_tokens, self.mem.settings.agent_unit_tokens)
+
+    def _unit_tokens(self, unit: list[int]) -> int:
+        return sum(self._msg_tokens[i] for i in unit)
+
+    def window(self, units: list[list[int]]) -> int:
+        """Index of the first unit in the recent window (newest units within B/4, at least one)."""
+        limit, total, first = self.budget // 4, 0, len(units)
+        for k in range(len(units) - 1, -1, -1):
+            total += self._unit_tokens(units[k])
+            if total > limit and k < len(units) - 1:
+                break
+            first = k
+        return first
+
+    def _write_left_units(self) -> None:
+        units = self.units()
+        first = self.window(units)
+        written = len(self.mem.history)
+        drafts = [
+            agent_unit([self.steps[i] for i in units[k]], unit_id=f"u{k + 1}", session_id=self.session_id)
+            for k in range(written, first)
+        ]
+        if drafts:
+            self.mem._write(drafts, self.mem.history)
+
+    # -- context ---------------------------------------------------------------------------------------
+    def fixed_messages(self) -> list[Message]:
+        out: list[Message] = []
+        if self.system:
+            out.append({"role": "system", "content": self.system})
+        out.append({"role": "user", "content": self.task})
+        return out
+
+    def messages(self, options: RenderOptions | None = None) -> list[Message]:
+        return self.context(options).messages
+
+    def context(self, options: RenderOptions | None = None) -> AgentContext:
+        """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring)."""
+        ceiling = self.mem.ceiling(self.budget)
+        fixed = self.fixed_messages()
+        p = messages_tokens(fixed, self.counter)
+        if p >= ceiling:
+            raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
+        units = self.units()
+        history = [m for msgs in self._messages for m in msgs]
+        started = bool(self.mem.store.get_state(self.mem.history_id, "memory_started"))
+        if not started and p + sum(self._msg_tokens) <= ceiling:
+            return AgentContext(
+                fixed + history,
+                p + sum(self._msg_tokens),
+                ceiling,
+                window_units=tuple(range(len(units))),
+                notes=len(self.mem.history),
+            )
+        if not started:
+            self.mem.store.set_state(self.mem.history_id, "memory_started", True)
+        first = self.window(units)
+        window = [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]]
+        w = sum(self._unit_tokens(units[k]) for k in range(first, len(units)))
+        overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
+        allowance = ceiling - p - w - overhead
+        if allowance <= 0:
+            return self._cut_newest(fixed, window, ceiling, p, first)
+        reference = ceiling - p - self.budget // 4 - overhead
+        rendering = self._render(allowance, reference, first, options or RenderOptions())
+        messages = list(fixed)
+        if rendering.text:
+            messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})
+        messages += window
+        tokens = messages_tokens(messages, self.counter)
+        return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
+
+    def _render(self, allowance: int, reference: int, n: int, options: RenderOptions) -> Rendering:
+        mem, hid = self.mem, self.mem.history_id
+        newest = "\n".join(agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw.split("\n"))
+        if self._task_vector is None:
+            self._task_vector = mem.embedder.embed([self.task])[0]
+        task_vector = self._task_vector
+
+        def vector() -> np.ndarray:
+            v = task_vector + mem.embedder.embed([newest])[0]
+            return np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32)
+
+        query = Query(
+            text=self.task + "\n" + newest,
+            terms=query_terms(self.task + "\n" + newest),
+            excerpt_terms=query_terms(newest),
+            vector=vector,
+        )
+        spans = mem.store.get_state(hid, "timeline") or []
+        renderer = mem.renderer
+        base = renderer.timeline.restore([tuple(s) for s in spans], n)
+        rendering = renderer.render(
+            query, allowance, "units", options, n=n, merge_allowance=max(allowance, reference), base=base
+        )
+        merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
+        if merged != spans and options.timeline:
+            mem.store.set_state(hid, "timeline", merged)
+        return rendering
+
+    def _cut_newest(
+        self, fixed: list[Message], window: list[Message], ceiling: int, p: int, first: int
+    ) -> AgentContext:
+        """The newest unit alone does not fit: cut its longest message with a visible mark."""
+        units = self.units()
+        newest = [m for i in units[-1] for m in self._messages[i]]
+        messages = [dict(m) for m in newest]
+        while messages_tokens(fixed + messages, self.counter) > ceiling:
+            longest = max(range(len(messages)), key=lambda i: len(str(messages[i].get("content") or "")))
+            content = str(messages[longest].get("content") or "")
+            over = messages_tokens(fixed + messages, self.counter) - ceiling
+            ids = self.counter.encode(content)
+            if not ids:
+                messages.pop(longest)
+                continue
+            keep = max(len(ids) - over - 16, 0)
+            cut = len(ids) - keep
+            messages[longest]["content"] = (
+                self.counter.decode(ids[:keep]).rstrip("\ufffd") + f"\n[… {cut} tokens cut to fit the budget]"
+            )
+            if keep == 0:
+                messages[longest]["content"] = f"[… {cut} tokens cut to fit the budget]"
+                if messages_tokens(fixed + messages, self.counter) > ceiling:
+                    messages.pop(longest)
+        del window
+        out = fixed + messages
+        return AgentContext(
+            out, messages_tokens(out, self.counter), ceiling, None, False, (len(units) - 1,), cut=True, notes=first
+        )

@@ -1,0 +1,73 @@
+"""How memory text looks (the paper's Figure 8), in one place.
+
+[u3 · 8 May 2023] record text                       a record on the timeline
+[u1-u4 · 8 May 2023 – 3 July 2023 · merged] text    a merged record
+[u7 · steps 12-14 · excerpt] record text            an excerpt: the record, then pieces
+[step 12] a verbatim piece                          (label only when it does not begin its block)
+(…)                                                 omitted text between pieces
+[u5 · 9 June 2023 · raw]                            a unit shown as raw text
+Caroline: verbatim raw text ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flexamem.notes import Note, Piece
+
+OMITTED = "(…)"
+PIECES_HEADER = "[verbatim pieces from the history, grouped by unit in time order]"
+
+
+def when(note: Note) -> str:
+    """The time tag of a unit: its date (readers) or its step span (agents), else its unit id."""
+    if note.steps:
+        a, b = note.steps
+        return f"step {a}" if a == b else f"steps {a}-{b}"
+    return note.date or note.unit_id
+
+
+def span_when(first: Note, last: Note) -> str:
+    if first.steps and last.steps:
+        return f"steps {first.steps[0]}-{last.steps[1]}"
+    a, b = when(first), when(last)
+    return a if a == b else f"{a} – {b}"
+
+
+def record_line(note: Note) -> str:
+    return f"[u{note.seq + 1} · {when(note)}] {note.record}"
+
+
+def merged_line(first: Note, last: Note, text: str) -> str:
+    return f"[u{first.seq + 1}-u{last.seq + 1} · {span_when(first, last)} · merged] {text}"
+
+
+def raw_block(note: Note) -> str:
+    return f"[u{note.seq + 1} · {when(note)} · raw]\n{note.raw}"
+
+
+def piece_line(piece: Piece) -> str:
+    return f"[{piece.label}] {piece.text}" if piece.label else piece.text
+
+
+def piece_lines(note: Note, chosen: Sequence[int]) -> list[str]:
+    """Chosen pieces of one unit in original order, with a mark wherever text is left out."""
+    lines: list[str] = []
+    prev = -1
+    for idx in sorted(chosen):
+        if idx != prev + 1:
+            lines.append(OMITTED)
+        lines.append(piece_line(note.pieces[idx]))
+        prev = idx
+    if chosen and prev != len(note.pieces) - 1:
+        lines.append(OMITTED)
+    return lines
+
+
+def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
+    head = f"[u{note.seq + 1} · {when(note)} · excerpt] {note.record}"
+    return "\n".join([head, *piece_lines(note, chosen)])
+
+
+def pieces_group(note: Note, chosen: Sequence[int]) -> str:
+    return "\n".join([f"[u{note.seq + 1} · {when(note)}]", *piece_lines(note, chosen)])

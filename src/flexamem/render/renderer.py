@@ -1,0 +1,311 @@
+"""The renderer: timeline + unit recovery or piece recovery, under a hard allowance.
+
+Inputs are what the caller (``Memory.render`` for readers, ``AgentSession`` for agents) already
+computed: the allowance ``A`` (budget ceiling minus fixed prompt and recent window), the BM25 terms of
+the query and of the excerpt query, and a lazy query embedding. The renderer reads only the in-memory
+``History``; its one possible store write is a new merged record (via ``Timeline``).
+
+The result is checked with one exact count of the final text. If it exceeds ``A`` (cached counts
+are per part, joins can differ by a token or two), the lowest-ranked recovered element is dropped and
+the text rebuilt, as in the paper's final loop; with nothing left to drop, the oldest timeline entry
+is hidden; a single line longer than ``A`` is cut with a visible mark. So ``tokens <= A`` always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from flexamem.config import Settings
+from flexamem.history import History
+from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
+from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
+from flexamem.render import format as fmt
+from flexamem.render.result import Rendering, UnitView
+from flexamem.render.timeline import Entry, Timeline, hide_oldest, total_tokens
+from flexamem.tokens import TokenCounter
+
+Mode = Literal["units", "pieces"]
+CUT_MARK = "[… cut to fit the budget]"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Switches for the paper's Table 5 controls; the defaults are FlexA-Mem itself."""
+
+    timeline: bool = True  # False: no timeline, recovered units only
+    recovery: bool = True  # False: timeline only
+    links: bool = True  # False: candidates from seeds and time neighbours only
+    excerpts: bool = True  # False: raw or record, never an excerpt
+    candidates: Literal["relevant", "random", "shuffled"] = "relevant"
+    after_timeline: bool = False  # show the same selection after the timeline, not in place
+    fixed_length: bool = False  # an excerpt for every candidate (never raw)
+    raw_first: bool = False  # raw text to every candidate that fits first, excerpts after
+    pass_through: bool = True  # show the whole history raw while it fits
+
+
+ABLATIONS: dict[str, RenderOptions] = {
+    "full": RenderOptions(),
+    "no-timeline": RenderOptions(timeline=False),
+    "no-recovery": RenderOptions(recovery=False),
+    "no-links": RenderOptions(links=False),
+    "no-excerpts": RenderOptions(excerpts=False),
+    "random-candidates": RenderOptions(candidates="random"),
+    "shuffled-candidates": RenderOptions(candidates="shuffled"),
+    "after-timeline": RenderOptions(after_timeline=True),
+    "fixed-length": RenderOptions(fixed_length=True),
+    "raw-first": RenderOptions(raw_first=True),
+}
+
+
+@dataclass(frozen=True)
+class Query:
+    """Everything a render needs to know about the query."""
+
+    text: str  # seeds the random-order ablations
+    terms: Sequence[str]  # BM25 terms for piece recovery
+    excerpt_terms: Sequence[str]  # BM25 terms for ranking an excerpt's pieces
+    vector: Callable[[], np.ndarray]  # lazy: piece recovery rarely needs it
+
+
+class Renderer:
+    def __init__(
+        self,
+        history: History,
+        timeline: Timeline,
+        counter: TokenCounter,
+        settings: Settings,
+        piece_vectors: Callable[[Sequence[int]], np.ndarray],
+    ) -> None:
+        self.history = history
+        self.timeline = timeline
+        self.counter = counter
+        self.settings = settings
+        self.piece_vectors = piece_vectors
+
+    def render(
+        self,
+        query: Query,
+        allowance: int,
+        mode: Mode,
+        options: RenderOptions = RenderOptions(),
+        *,
+        n: int | None = None,
+        merge_allowance: int | None = None,
+        base: list[Entry] | None = None,
+    ) -> Rendering:
+        """Render notes ``0..n-1`` within ``allowance`` tokens (``merge_allowance`` sizes merges)."""
+        n = len(self.history) if n is None else n
+        merges_before = self.timeline.merges_written
+        if n == 0 or allowance <= 0:
+            return Rendering("", 0, max(allowance, 0), mode)
+        if options.pass_through:
+            full = self._pass_through(n, allowance)
+            if full is not None:
+                return full
+        base = base if base is not None else self.timeline.records(n)
+        if mode == "pieces":
+            result = self._pieces(query, allowance, merge_allowance or allowance, base, n)
+        else:
+            result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
+        object.__setattr__(result, "merges_written", self.timeline.merges_written - merges_before)
+        return result
+
+    # -- pass-through ------------------------------------------------------------------------------
+    def _pass_through(self, n: int, allowance: int) -> Rendering | None:
+        notes = self.history.notes[:n]
+        estimate = sum(note.raw_tokens + 12 for note in notes)
+        if estimate > allowance * 1.1:
+            return None
+        text = "\n".join(fmt.raw_block(note) for note in notes)
+        tokens = self.counter.count(text)
+        if tokens > allowance:
+            return None
+        shown = [_view(note.seq, note.unit_id, "raw", tuple(range(len(note.pieces))), self.history) for note in notes]
+        return Rendering(text, tokens, allowance, "pass-through", shown, {"raw": tokens}, pass_through=True)
+
+    # -- unit recovery -----------------------------------------------------------------------------
+    def _units(
+        self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int, options: RenderOptions
+    ) -> Rendering:
+        s = self.settings
+        recovery = Recovery(
+            self.history,
+            self.counter,
+            query.excerpt_terms,
+            s.excerpt_tokens,
+            lambda seq: self.timeline.record(seq).tokens,
+        )
+        order: list[int] = []
+        if options.recovery:
+            if options.candidates == "random":
+                order = seeded_order(range(n), query.text)
+            else:
+                sims = self.history.embeddings[:n] @ query.vector()
+                order = candidates(sims, self.history.links, s.k, s.lam, use_links=options.links)
+                if options.candidates == "shuffled":
+                    order = seeded_order(order, query.text)
+        d = sum(recovery.cost(seq, "raw", True) for seq in order)
+        spans: tuple[tuple[int, int, int], ...] = ()
+        if options.timeline:
+            entries = self.timeline.fit(base, max(s.rho * merge_allowance, merge_allowance - d))
+            spans = tuple((e.first, e.last, e.level) for e in entries)
+            entries, hidden = hide_oldest(
+                entries, max(s.rho * allowance, allowance - d, 0) if merge_allowance > allowance else allowance
+            )
+        else:
+            entries, hidden = [], list(base)
+        standalone = {e.first for e in entries if not e.merged} if not options.after_timeline else set()
+        room = allowance - total_tokens(entries) - (1 if entries else 0)
+        chosen = (
+            fit_or_degrade(
+                order,
+                room,
+                recovery,
+                lambda seq: seq in standalone,
+                excerpts=options.excerpts,
+                raw=not options.fixed_length,
+                raw_first=options.raw_first,
+            )
+            if order
+            else []
+        )
+        while True:
+            text, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
+            tokens = self.counter.count(text)
+            if tokens <= allowance:
+                break
+            if chosen:
+                chosen = sorted(chosen, key=lambda c: c.rank)[:-1]
+            elif entries:
+                hidden.append(entries.pop(0))
+            else:
+                text, tokens = self._cut(text, allowance)
+                break
+        shown = self._views(entries, chosen, n, {})
+        return Rendering(text, tokens, allowance, "units", shown, parts, timeline_spans=spans)
+
+    def _assemble_units(
+        self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
+    ) -> tuple[str, dict[str, int]]:
+        by_seq = {c.seq: c for c in chosen}
+        lines: list[str] = []
+        parts = {"records": 0, "merged": 0, "raw": 0, "excerpts": 0, "other": 0}
+        placed: set[int] = set()
+
+        def put(c: Shown) -> None:
+            lines.append(c.text)
+            parts["raw" if c.resolution == "raw" else "excerpts"] += c.tokens
+            placed.add(c.seq)
+
+        if hidden:
+            mark = f"(… {len(hidden)} older timeline entries hidden for this call)"
+            lines.append(mark)
+            parts["other"] += self.counter.count(mark)
+            for c in sorted(chosen, key=lambda c: c.seq):
+                if not after and any(h.covers(c.seq) for h in hidden):
+                    put(c)
+        for e in entries:
+            if not e.merged and e.first in by_seq and not after:
+                put(by_seq[e.first])
+                continue
+            lines.append(e.line)
+            parts["merged" if e.merged else "records"] += e.tokens
+            if e.merged and not after:
+                for seq in range(e.first, e.last + 1):
+                    if seq in by_seq:
+                        put(by_seq[seq])
+        for c in sorted(chosen, key=lambda c: c.seq):
+            if c.seq not in placed:
+                put(c)
+        return "\n".join(lines), parts
+
+    # -- piece recovery ----------------------------------------------------------------------------
+    def _pieces(self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int) -> Rendering:
+        entries = self.timeline.fit(base, self.settings.rho * max(allowance, merge_allowance))
+        spans = tuple((e.first, e.last, e.level) for e in entries)
+        entries, hidden = hide_oldest(
+            entries, allowance if merge_allowance <= allowance else self.settings.rho * allowance
+        )
+        room = allowance - total_tokens(entries) - (1 if entries else 0)
+        header = self.counter.count(fmt.PIECES_HEADER)
+        ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
+        chosen = select_pieces(self.history, ranked, room, self.counter, header) if room > header else {}
+        rank_of = {d: r for r, d in enumerate(ranked)}
+        while True:
+            lines = [e.line for e in entries]
+            if chosen:
+                lines.append(pieces_section(self.history, chosen))
+            text = "\n".join(lines)
+            tokens = self.counter.count(text)
+            if tokens <= allowance:
+                break
+            if chosen:  # re-render with fewer pieces: drop the lowest-ranked one
+                worst = max(
+                    ((seq, i) for seq, idx in chosen.items() for i in idx),
+                    key=lambda p: rank_of[self.history.doc_of[p[0]] + p[1]],
+                )
+                chosen[worst[0]].remove(worst[1])
+                if not chosen[worst[0]]:
+                    del chosen[worst[0]]
+            elif entries:
+                hidden.append(entries.pop(0))
+            else:
+                text, tokens = self._cut(text, allowance)
+                break
+        record_tokens = sum(e.tokens for e in entries)
+        parts = {
+            "records": sum(e.tokens for e in entries if not e.merged),
+            "merged": sum(e.tokens for e in entries if e.merged),
+            "pieces": max(tokens - record_tokens, 0) if chosen else 0,
+        }
+        return Rendering(
+            text, tokens, allowance, "pieces", self._views(entries, [], n, chosen), parts, timeline_spans=spans
+        )
+
+    # -- shared ------------------------------------------------------------------------------------
+    def _cut(self, text: str, allowance: int) -> tuple[str, int]:
+        """Last resort: a single line longer than the allowance, cut at a token boundary with a mark."""
+        room = allowance - self.counter.count("\n" + CUT_MARK)
+        if room <= 0:
+            return "", 0
+        ids = self.counter.encode(text)[:room]
+        out = self.counter.decode(ids).rstrip("\ufffd") + "\n" + CUT_MARK
+        while self.counter.count(out) > allowance and ids:
+            ids = ids[:-1]
+            out = self.counter.decode(ids).rstrip("\ufffd") + "\n" + CUT_MARK
+        return out, self.counter.count(out)
+
+    def _views(self, entries: list[Entry], chosen: list[Shown], n: int, pieces: dict[int, list[int]]) -> list[UnitView]:
+        resolution: dict[int, str] = {}
+        for e in entries:
+            for seq in range(e.first, e.last + 1):
+                resolution[seq] = "merged" if e.merged else "record"
+        shown_pieces: dict[int, tuple[int, ...]] = {seq: tuple(sorted(idx)) for seq, idx in pieces.items()}
+        for c in chosen:
+            resolution[c.seq] = c.resolution
+            shown_pieces[c.seq] = c.pieces
+        return [
+            _view(
+                seq,
+                self.history.notes[seq].unit_id,
+                resolution.get(seq, "hidden"),
+                shown_pieces.get(seq, ()),
+                self.history,
+            )
+            for seq in range(n)
+        ]
+
+
+def _view(seq: int, unit_id: str, resolution: str, pieces: tuple[int, ...], history: History) -> UnitView:
+    note = history.notes[seq]
+    shown = set(pieces)
+    by_turn: dict[str, bool] = {}
+    for p in note.pieces:
+        if p.source_id is not None:
+            by_turn[p.source_id] = by_turn.get(p.source_id, True) and p.index in shown
+    turns = tuple(t for t, ok in by_turn.items() if ok)
+    return UnitView(seq, unit_id, resolution, pieces, turns)  # type: ignore[arg-type]

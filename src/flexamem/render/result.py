@@ -1,0 +1,50 @@
+"""What a render returns: the text, its exact token count, and where every unit went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+UnitResolution = Literal["raw", "excerpt", "record", "merged", "hidden"]
+
+
+@dataclass(frozen=True)
+class UnitView:
+    """How one unit appears in a rendering.
+
+    ``resolution``: ``raw`` / ``excerpt`` (recovered), ``record`` (its own timeline line),
+    ``merged`` (inside a merged record) or ``hidden`` (not in this rendering at all).
+    ``pieces``: indexes of its pieces shown verbatim (all of them for raw, the chosen ones for an
+    excerpt or for piece recovery). ``verbatim_turns``: ids of turns all of whose pieces are shown.
+    """
+
+    seq: int
+    unit_id: str
+    resolution: UnitResolution
+    pieces: tuple[int, ...] = ()
+    verbatim_turns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """A rendered memory. ``tokens`` is the exact o200k count of ``text``, always ``<= allowance``."""
+
+    text: str
+    tokens: int
+    allowance: int
+    mode: str
+    shown: list[UnitView] = field(default_factory=list)
+    composition: dict[str, int] = field(default_factory=dict)  # tokens by part (records, raw, ...)
+    pass_through: bool = False
+    merges_written: int = 0
+    timeline_spans: tuple[tuple[int, int, int], ...] = ()  # (first, last, level) after merging
+
+    def view(self, unit_id: str) -> UnitView:
+        for v in self.shown:
+            if v.unit_id == unit_id:
+                return v
+        raise KeyError(unit_id)
+
+    @property
+    def verbatim_turns(self) -> set[str]:
+        return {t for v in self.shown for t in v.verbatim_turns}

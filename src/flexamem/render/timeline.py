@@ -1,0 +1,159 @@
+"""The timeline of records and its merges (SPEC section 3).
+
+The timeline shows every past unit's record in time order. While it is longer than its target,
+the oldest run of up to four entries of the lowest level is replaced by one merged record (level 1
+merges records; level 2+ merges merged records, the SPEC's decision). Groups are aligned from the
+oldest entry, so later calls meet the same spans and reuse the merged records, which are written
+once (the only store write a render may make) and cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flexamem.history import History
+from flexamem.render import format as fmt
+from flexamem.store.base import MergedRecord, Store
+from flexamem.tokens import TokenCounter
+from flexamem.write.records import RecordWriter
+
+GROUP = 4
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One timeline line: a note's record (level 0) or a merged record over ``first..last``."""
+
+    first: int
+    last: int
+    level: int
+    line: str
+    tokens: int  # tokens of ``line`` (a newline separator adds one more when joined)
+
+    @property
+    def merged(self) -> bool:
+        return self.level > 0
+
+    def covers(self, seq: int) -> bool:
+        return self.first <= seq <= self.last
+
+
+def total_tokens(entries: Sequence[Entry]) -> int:
+    """||T||: the entries' tokens plus one newline between lines."""
+    return sum(e.tokens for e in entries) + max(len(entries) - 1, 0)
+
+
+class Timeline:
+    """Record lines and merged records of one history, cached across calls."""
+
+    def __init__(self, history: History, store: Store, history_id: str, writer: RecordWriter, counter: TokenCounter):
+        self.history = history
+        self.store = store
+        self.history_id = history_id
+        self.writer = writer
+        self.counter = counter
+        self._records: list[Entry] = []
+        self._merged: dict[tuple[int, int, int], Entry] = {}
+        self._stored: dict[tuple[int, int, int], MergedRecord] | None = None
+        self.merges_written = 0
+
+    def record(self, seq: int) -> Entry:
+        """The level-0 entry of note ``seq`` (line and tokens computed once)."""
+        while len(self._records) <= seq:
+            note = self.history.notes[len(self._records)]
+            line = fmt.record_line(note)
+            self._records.append(Entry(note.seq, note.seq, 0, line, self.counter.count(line)))
+        return self._records[seq]
+
+    def records(self, n: int) -> list[Entry]:
+        return [self.record(i) for i in range(n)]
+
+    def merge(self, group: Sequence[Entry]) -> Entry:
+        """The merged entry for consecutive entries of one level (from cache, store or writer)."""
+        first, last, level = group[0].first, group[-1].last, group[0].level + 1
+        key = (first, last, level)
+        entry = self._merged.get(key)
+        if entry is not None:
+            return entry
+        if self._stored is None:
+            self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
+        stored = self._stored.get(key)
+        if stored is None:
+            texts = [self._text_of(e) for e in group]
+            text = self.writer.merge_records(texts)
+            stored = MergedRecord(first, last, level, text, self.counter.count(text), self.writer.name)
+            self.store.put_merged(self.history_id, stored)
+            self._stored[key] = stored
+            self.merges_written += 1
+        notes = self.history.notes
+        line = fmt.merged_line(notes[first], notes[last], stored.text)
+        entry = Entry(first, last, level, line, self.counter.count(line))
+        self._merged[key] = entry
+        return entry
+
+    def restore(self, spans: Sequence[Sequence[int]], n: int) -> list[Entry]:
+        """Entries for persisted merged spans ``(first, last, level)``, then records up to ``n``."""
+        entries: list[Entry] = []
+        for first, last, level in spans:
+            if level == 0:
+                entries.append(self.record(first))
+                continue
+            if self._stored is None:
+                self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
+            stored = self._stored[(first, last, level)]
+            notes = self.history.notes
+            line = fmt.merged_line(notes[first], notes[last], stored.text)
+            entry = self._merged.setdefault(
+                (first, last, level), Entry(first, last, level, line, self.counter.count(line))
+            )
+            entries.append(entry)
+        start = entries[-1].last + 1 if entries else 0
+        return entries + [self.record(i) for i in range(start, n)]
+
+    def _text_of(self, entry: Entry) -> str:
+        if entry.level == 0:
+            return self.history.notes[entry.first].record
+        assert self._stored is not None
+        return self._stored[(entry.first, entry.last, entry.level)].text
+
+    def fit(self, entries: list[Entry], target: float) -> list[Entry]:
+        """Merge oldest-first until ``||T|| <= target`` or nothing is left to merge."""
+        entries = list(entries)
+        total = total_tokens(entries)
+        while total > target:
+            group = _next_group(entries)
+            if group is None:
+                break
+            start, stop = group
+            merged = self.merge(entries[start:stop])
+            total += merged.tokens - sum(e.tokens for e in entries[start:stop]) - (stop - start - 1)
+            entries[start:stop] = [merged]
+        return entries
+
+
+def _next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:
+    """Slice of the oldest run (up to four) of the lowest level holding two or more entries."""
+    levels: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        levels.setdefault(e.level, []).append(i)
+    for level in sorted(levels):
+        idx = levels[level]
+        if len(idx) < 2:
+            continue
+        start = idx[0]
+        stop = start
+        while stop < len(entries) and stop - start < GROUP and entries[stop].level == level:
+            stop += 1
+        if stop - start >= 2:
+            return start, stop
+    return None
+
+
+def hide_oldest(entries: list[Entry], target: float) -> tuple[list[Entry], list[Entry]]:
+    """Drop the oldest entries (for this call only) until ``||T|| <= target``; returns (kept, hidden)."""
+    kept = list(entries)
+    hidden: list[Entry] = []
+    while kept and total_tokens(kept) > target:
+        hidden.append(kept.pop(0))
+    return kept, hidden
