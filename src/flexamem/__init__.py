@@ -1,7 +1,9 @@
 """FlexA-Mem: a write-once memory for LLM agents and readers, rendered under any token budget."""
 
+from flexamem.agent import AgentContext, AgentSession
 from flexamem.config import Settings
 from flexamem.errors import (
+    BudgetError,
     DuplicateUnitError,
     FlexaMemError,
     InvalidInputError,
@@ -13,6 +15,8 @@ from flexamem.errors import (
 )
 from flexamem.memory import Memory
 from flexamem.notes import Fields, Note, Piece, Record, Step, Turn, UnitDraft
+from flexamem.render.renderer import ABLATIONS, RenderOptions
+from flexamem.render.result import Rendering, UnitView
 from flexamem.store import SQLiteStore, Store
 from flexamem.tokens import count, counter
 from flexamem.write.embed import Embedder, MiniLMEmbedder
@@ -21,6 +25,10 @@ from flexamem.write.records import RecordWriter, RuleWriter
 __version__ = "0.1.0"
 
 __all__ = [
+    "ABLATIONS",
+    "AgentContext",
+    "AgentSession",
+    "BudgetError",
     "DuplicateUnitError",
     "Embedder",
     "Fields",
@@ -34,6 +42,8 @@ __all__ = [
     "ReadOnlyStoreError",
     "Record",
     "RecordWriter",
+    "RenderOptions",
+    "Rendering",
     "RuleWriter",
     "SQLiteStore",
     "Settings",
@@ -43,6 +53,7 @@ __all__ = [
     "StoreError",
     "Turn",
     "UnitDraft",
+    "UnitView",
     "WriteOnceError",
     "count",
     "counter",

@@ -228,11 +228,12 @@ class RuleWriter:
 
     # -- merged records ----------------------------------------------------------------------------
     def merge_records(self, records: Sequence[str]) -> str:
-        """Join records, each cut to an equal share of the word limit, then list lost names/numbers."""
+        """Keep the first half of each record (at least 8 words, at most an equal share of 120), then
+        list the names and numbers the cut lost, all within the merged-record word limit."""
         if not records:
             return ""
-        share = max(self.merged_words // len(records) - 4, 8)
-        parts = [cut_words(r, share, " …") for r in records]
+        share = max(self.merged_words * 4 // 5 // len(records), 8)
+        parts = [cut_words(r, max(8, min(share, (len(r.split()) + 1) // 2)), " …") for r in records]
         kept = " ".join(parts)
         lost = [x for r in records for x in names_in(r) + numbers_in(r) if x not in kept]
         text = " | ".join(parts)

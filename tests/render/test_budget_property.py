@@ -1,0 +1,77 @@
+"""The budget guarantee, over random histories, budgets from 256 to 32k and both modes."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flexamem as fm
+from flexamem.render.messages import messages_tokens
+
+WORDS = [
+    "garden",
+    "Lisbon",
+    "refund",
+    "4417",
+    "pottery",
+    "Clara",
+    "flight",
+    "TP1351",
+    "the",
+    "and",
+    "東京",
+    "café",
+    "x" * 40,
+    "value=42",
+    '{"id": 7}',
+    "🎉",
+    "checkout",
+    "market",
+    "rain",
+    "a\tb",
+]
+text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=120).map(" ".join)
+turn = st.tuples(st.sampled_from(["Ana", "Ben", "user", "assistant"]), st.lists(text, min_size=1, max_size=4))
+session = st.lists(turn, min_size=1, max_size=6)
+budgets = st.integers(min_value=256, max_value=32_000)
+slow = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@slow
+@given(
+    sessions=st.lists(session, min_size=0, max_size=10),
+    budgets=st.lists(budgets, min_size=1, max_size=3),
+    query=text,
+    prompt=st.sampled_from(["", "Answer from memory.", "rules " * 150]),
+    kappa=st.sampled_from([16, 64, 128]),
+)
+def test_reader_renders_never_exceed_the_budget(sessions, budgets, query, prompt, kappa) -> None:  # type: ignore[no-untyped-def]
+    mem = fm.Memory(":memory:", settings=fm.Settings(kappa=kappa, max_unit_tokens=300))
+    for i, turns in enumerate(sessions):
+        mem.add_session(
+            [{"speaker": s, "text": "\n".join(lines)} for s, lines in turns], session_id=f"s{i}", date=f"{i + 1} May"
+        )
+    for budget in budgets:
+        fixed = fm.count(prompt) + fm.count(query)
+        if fixed >= (budget * 95) // 100:
+            continue
+        for mode in ("pieces", "units"):
+            r = mem.render(query, budget, mode=mode, prompt=prompt)
+            assert r.tokens == fm.count(r.text)
+            assert fixed + r.tokens <= (budget * 95) // 100
+            assert len(r.shown) == len(mem)
+
+
+@slow
+@given(
+    steps=st.lists(st.tuples(text, st.lists(text, min_size=0, max_size=30).map("\n".join)), min_size=1, max_size=25),
+    budget=budgets,
+    system=st.sampled_from(["", "You are an agent.", "policy " * 100]),
+)
+def test_agent_context_never_exceeds_the_ceiling(steps, budget, system) -> None:  # type: ignore[no-untyped-def]
+    mem = fm.Memory(":memory:")
+    agent = mem.agent(task="Refund the Lisbon hotel checkout to the Visa card", budget=budget, system=system)
+    ceiling = (budget * 95) // 100
+    for action, observation in steps:
+        agent.step(action=action, observation=observation)
+        ctx = agent.context()
+        assert ctx.tokens == messages_tokens(ctx.messages, mem.counter) <= ceiling
+        assert ctx.messages[-1]["role"] in ("user", "assistant")

@@ -1,0 +1,129 @@
+import pytest
+
+import flexamem as fm
+from flexamem.render.renderer import ABLATIONS, RenderOptions
+
+
+def filler(mem: fm.Memory, n: int) -> None:
+    for i in range(n):
+        mem.add_session(
+            [
+                {
+                    "speaker": "Ben",
+                    "text": f"Day {i}: the garden, the weather and the market again.\n" * 6,
+                    "id": f"F{i}:1",
+                },
+                {"speaker": "Ana", "text": "Nothing new on my side, just work and the usual errands.", "id": f"F{i}:2"},
+            ],
+            session_id=f"f{i}",
+            date=f"{i + 1} June 2024",
+        )
+
+
+@pytest.fixture()
+def big(demo_mem: fm.Memory) -> fm.Memory:
+    filler(demo_mem, 12)
+    return demo_mem
+
+
+def test_piece_recovery_shows_the_evidence_turn_verbatim(big: fm.Memory) -> None:
+    q = "Which card should the Casa do Rio refund go to?"
+    r = big.render(q, 1024, mode="pieces")
+    assert r.tokens == fm.count(r.text) <= r.allowance == (1024 * 95) // 100 - fm.count(q)
+    assert "I asked them to refund it to my Visa ending 4417." in r.text
+    assert "[verbatim pieces from the history, grouped by unit in time order]" in r.text
+    s3 = r.view("s3")
+    assert s3.pieces and s3.resolution in ("record", "merged")
+    assert r.composition["pieces"] > 0
+
+
+def test_unit_recovery_puts_the_unit_in_place_of_its_record(big: fm.Memory) -> None:
+    r = big.render("Casa do Rio late checkout refund Visa", 1200, mode="units")
+    s3 = r.view("s3")
+    assert s3.resolution in ("raw", "excerpt")
+    lines = r.text.split("\n")
+    header = next(i for i, line in enumerate(lines) if line.startswith("[u3 · 20 April 2024 · "))
+    assert "[u3 · 20 April 2024]" not in r.text  # its record line is replaced, not repeated
+    # time order: whatever stands for u2 comes before u3, u4's line after
+    before = [i for i, line in enumerate(lines) if line.startswith(("[u2 ", "[u1-"))]
+    assert before and before[0] < header
+    if s3.resolution == "raw":
+        assert "Visa ending 4417" in r.text and set(s3.verbatim_turns) == set()  # demo turns carry no ids
+    assert r.tokens <= r.allowance
+
+
+def test_prompt_counts_against_the_budget(big: fm.Memory) -> None:
+    prompt = "You answer questions about the user's past conversations. " * 20
+    q = "When does Clara start pottery?"
+    r = big.render(q, 2048, mode="pieces", prompt=prompt)
+    assert fm.count(prompt) + fm.count(q) + r.tokens <= (2048 * 95) // 100
+
+
+def test_pass_through_while_everything_fits(demo_mem: fm.Memory) -> None:
+    r = demo_mem.render("anything", 8192, mode="units")
+    assert r.pass_through and all(v.resolution == "raw" for v in r.shown)
+    assert r.text.startswith("[u1 · 2 March 2024 · raw]\nAna: I finally booked the trip to Lisbon!")
+    r = demo_mem.render("anything", 8192, mode="units", options=RenderOptions(pass_through=False))
+    assert not r.pass_through
+
+
+def test_bad_render_input(big: fm.Memory) -> None:
+    for budget in (0, -5, 2.5, True):
+        with pytest.raises(fm.BudgetError):
+            big.render("q", budget, mode="pieces")  # type: ignore[arg-type]
+    with pytest.raises(fm.BudgetError, match="leaves no room"):
+        big.render("q", 1024, prompt="word " * 2000)
+    with pytest.raises(fm.InvalidInputError, match="empty"):
+        big.render("   ", 1024)
+    with pytest.raises(fm.InvalidInputError, match="unknown mode"):
+        big.render("q", 1024, mode="chunks")
+    huge = "lisbon " * 100_000
+    with pytest.raises(fm.BudgetError):
+        big.render(huge, 32_000)
+    r = big.render(huge, 220_000, mode="pieces")  # a huge query with a huge budget still works
+    assert r.tokens <= r.allowance
+    assert fm.Memory(":memory:").render("q", 1024).text == ""
+
+
+def test_render_never_changes_the_store_except_merged_records(big: fm.Memory) -> None:
+    store = big.store
+
+    def snapshot() -> tuple[object, ...]:
+        db = store.db  # type: ignore[attr-defined]
+        return tuple(
+            db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("notes", "pieces", "links", "piece_vectors", "llm_calls", "state")
+        )
+
+    before = snapshot()
+    for budget in (400, 900, 3000):
+        for mode in ("pieces", "units"):
+            big.render("garden market Lisbon refund", budget, mode=mode)
+    assert snapshot() == before
+    assert len(store.load_merged("default")) > 0
+
+
+@pytest.mark.parametrize("name", sorted(ABLATIONS))
+def test_ablations_respect_the_budget_and_do_what_they_say(big: fm.Memory, name: str) -> None:
+    options = ABLATIONS[name]
+    r = big.render(
+        "refund Visa Casa do Rio",
+        900,
+        mode="units",
+        options=RenderOptions(**{**options.__dict__, "pass_through": False}),
+    )
+    assert r.tokens <= r.allowance
+    resolutions = {v.resolution for v in r.shown}
+    if name == "no-recovery":
+        assert not resolutions & {"raw", "excerpt"}
+    if name == "no-timeline":
+        assert not resolutions & {"record", "merged"}
+    if name == "fixed-length":
+        assert "raw" not in resolutions
+    if name == "no-excerpts":
+        assert "excerpt" not in resolutions
+    if name == "random-candidates":
+        again = big.render(
+            "refund Visa Casa do Rio", 900, mode="units", options=RenderOptions(candidates="random", pass_through=False)
+        )
+        assert again.text == r.text

@@ -1,0 +1,76 @@
+import flexamem as fm
+from flexamem.render.timeline import GROUP, Entry, _next_group, total_tokens
+
+
+def many_sessions(mem: fm.Memory, n: int) -> None:
+    for i in range(n):
+        mem.add_session(
+            [
+                {
+                    "speaker": "Ana",
+                    "text": f"We talked about topic{i}, the garden and the weather in Lisbon again today.",
+                },
+                {
+                    "speaker": "Ben",
+                    "text": f"Sure, the garden needs work; see you at the market on day {i}, reference R-{i:04d}.",
+                },
+            ],
+            session_id=f"s{i}",
+            date=f"{i + 1} May 2024",
+        )
+
+
+def test_groups_are_oldest_first_lowest_level_and_aligned() -> None:
+    def e(first: int, last: int, level: int) -> Entry:
+        return Entry(first, last, level, "x", 1)
+
+    entries = [e(i, i, 0) for i in range(10)]
+    assert _next_group(entries) == (0, GROUP)
+    entries = [e(0, 3, 1), e(4, 7, 1), e(8, 8, 0), e(9, 9, 0)]
+    assert _next_group(entries) == (2, 4)
+    entries = [e(0, 3, 1), e(4, 7, 1), e(8, 8, 0)]
+    assert _next_group(entries) == (0, 2)  # one record left: merge merged records
+    assert _next_group([e(0, 7, 2), e(8, 8, 0)]) is None
+
+
+def test_merges_fit_target_and_are_written_once() -> None:
+    mem = fm.Memory(":memory:")
+    many_sessions(mem, 13)
+    timeline = mem.renderer.timeline
+    records = timeline.records(13)
+    full = total_tokens(records)
+    fitted = timeline.fit(records, full // 2)
+    assert total_tokens(fitted) <= full // 2
+    merged = [x for x in fitted if x.merged]
+    assert merged and merged[0].first == 0
+    assert all((x.last - x.first + 1) % GROUP == 0 for x in merged[:-1])  # aligned groups, oldest first
+    assert [x.first for x in fitted] == sorted(x.first for x in fitted)
+    assert fitted[-1].last == 12
+    written = timeline.merges_written
+    stored = mem.store.load_merged("default")
+    assert len(stored) == written > 0
+    # a second fit (even from a fresh timeline over the same store) reuses every merged record
+    again = fm.Memory(store=mem.store).renderer.timeline
+    assert [x.line for x in again.fit(again.records(13), full // 2)] == [x.line for x in fitted]
+    assert again.merges_written == 0
+
+
+def test_merges_of_merges_when_records_run_out() -> None:
+    mem = fm.Memory(":memory:")
+    many_sessions(mem, 17)
+    timeline = mem.renderer.timeline
+    fitted = timeline.fit(timeline.records(17), 1)
+    assert max(x.level for x in fitted) >= 2
+    assert fitted[0].first == 0 and fitted[-1].last == 16
+    for x in fitted:
+        assert len(x.line.split("] ", 1)[1].split()) <= 150
+
+
+def test_merged_record_keeps_names_and_numbers() -> None:
+    mem = fm.Memory(":memory:")
+    many_sessions(mem, 4)
+    timeline = mem.renderer.timeline
+    [merged] = timeline.fit(timeline.records(4), 1)
+    assert merged.line.startswith("[u1-u4 · 1 May 2024 – 4 May 2024 · merged]")
+    for i in range(4):
+        assert f"topic{i}" in merged.line or f"R-{i:04d}" in merged.line
