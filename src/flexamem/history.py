@@ -28,6 +28,8 @@ class History:
         self.doc_of: list[int] = []  # first BM25 doc id of each note
         self.piece_of: list[tuple[int, int]] = []  # BM25 doc id -> (seq, piece index)
         self.unit_ids: dict[str, int] = {}
+        self.token_cache: dict[object, int] = {}
+        self._turns: dict[object, dict[str, frozenset[int]]] = {}  # render-side counts of short fixed strings (headers)
 
     def __len__(self) -> int:
         return len(self.notes)
@@ -55,6 +57,18 @@ class History:
         for a, b in links:
             if b not in self.links[a]:
                 self.links[a].append(b)
+
+    def turn_pieces(self, seq: int) -> dict[str, frozenset[int]]:
+        """Piece indexes of each turn (by source id) of note ``seq`` (computed once)."""
+        key = ("turns", seq)
+        cached = self._turns.get(key)
+        if cached is None:
+            groups: dict[str, set[int]] = {}
+            for p in self.notes[seq].pieces:
+                if p.source_id is not None:
+                    groups.setdefault(p.source_id, set()).add(p.index)
+            cached = self._turns[key] = {t: frozenset(ps) for t, ps in groups.items()}
+        return cached
 
     def piece(self, doc: int) -> tuple[Note, Piece]:
         seq, idx = self.piece_of[doc]

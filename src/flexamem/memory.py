@@ -178,6 +178,7 @@ class Memory:
         mode: str = "pieces",
         prompt: str = "",
         options: RenderOptions | None = None,
+        query_vector: np.ndarray | None = None,
     ) -> Rendering:
         """A fresh memory for one question, within the budget.
 
@@ -185,6 +186,7 @@ class Memory:
         r.tokens <= floor(0.95 * budget)``. ``mode`` is ``"pieces"`` (piece recovery, the mode for
         questions over a history) or ``"units"`` (unit recovery, the agents' mode). No LLM is called
         except to write a merged record the first time it is needed (then stored and reused).
+        ``query_vector`` skips embedding the query when the caller already has its MiniLM vector.
         """
         if mode not in ("pieces", "units"):
             raise InvalidInputError(f"unknown mode {mode!r}: use 'pieces' or 'units'")
@@ -195,7 +197,7 @@ class Memory:
             text=query,
             terms=query_terms(query),
             excerpt_terms=query_terms(query),
-            vector=lambda: self.query_vector(query),
+            vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
         )
         with self._lock:
             return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]

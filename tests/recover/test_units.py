@@ -63,4 +63,5 @@ def test_excerpt_is_record_then_best_pieces_in_order(demo_mem: fm.Memory) -> Non
     assert "Visa ending 4417" in text
     assert list(pieces) == sorted(pieces)
     assert sum(note.pieces[i].tokens for i in pieces) <= 40
-    assert tokens == demo_mem.counter.count(text)
+    exact = demo_mem.counter.count(text)
+    assert abs(tokens - exact) <= text.count("\n") + 1  # estimated from cached counts, per line

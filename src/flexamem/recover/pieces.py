@@ -1,10 +1,14 @@
 """Piece recovery: the best BM25 pieces of the whole history, within the room (SPEC section 5).
 
 Every piece is ranked by BM25 against the query (reader: the question; agent: the task with the
-newest unit). Only pieces that match at least one query term are candidates (a piece with score 0
-carries no evidence for this query). Ties go to the cosine between piece and query, then to the
-earlier piece; piece vectors are computed only for a tie group that straddles the cut and are kept
-in memory for later calls (the paper: pieces are embedded when first needed, then reused).
+newest unit). Ties go to the cosine between piece and query, then to the earlier piece; piece
+vectors are computed only for a tie group that starts within the room and are kept in memory for
+later calls (the paper: pieces are embedded when first needed, then reused).
+
+Decision: pieces no query word matches (BM25 score 0) all tie; ordering them by their own cosine
+would mean embedding most of the history at read time, so they follow the matched pieces ordered by
+the cosine of their *unit's* embedding, then position. They are only reached when the matched pieces
+leave room.
 """
 
 from __future__ import annotations
@@ -32,8 +36,6 @@ def ranked_pieces(
     of the ranking (a tie further down cannot change what fits).
     """
     docs, scores = history.index.search(terms)
-    if len(docs) == 0:
-        return []
     limit = history.doc_of[n] if n < len(history.doc_of) else len(history.piece_of)
     keep = docs < limit
     docs, scores = docs[keep], scores[keep]
@@ -56,12 +58,26 @@ def ranked_pieces(
         used += sum(history.piece(d)[1].tokens for d in run) if used <= room else 0
         out.extend(run)
         i = j
+    if used < room:  # room to spare: the pieces no query word matches, from the most similar units
+        if vector is None:
+            vector = query_vector()
+        sims = history.embeddings[:n] @ vector
+        matched = set(out)
+        for seq in np.argsort(-sims, kind="stable"):
+            first = history.doc_of[int(seq)]
+            out.extend(d for d in range(first, first + len(history.notes[int(seq)].pieces)) if d not in matched)
     return out
 
 
-def piece_cost(history: History, doc: int) -> int:
-    _, piece = history.piece(doc)
-    return piece.tokens + piece.label_tokens + 1
+def marks_delta(present: set[int], idx: int, size: int) -> int:
+    """How many omission marks (see ``format.piece_lines``) adding piece ``idx`` adds to a unit.
+
+    For a non-empty set S: marks = runs(S) - [0 in S] + [size-1 not in S].
+    """
+    if not present:
+        return 1 - (idx == 0) + (idx != size - 1)
+    runs = 1 - ((idx - 1) in present) - ((idx + 1) in present)
+    return runs - (idx == 0) - (idx == size - 1)
 
 
 def select_pieces(
@@ -69,22 +85,32 @@ def select_pieces(
 ) -> dict[int, list[int]]:
     """Take pieces in rank order while they fit ``room``: {seq: [piece indexes]}.
 
-    Costs count each piece's line, its label, an omission mark it may need, and the one-line unit
-    header the first piece of a unit brings. A piece that does not fit is skipped, not a stop.
+    The cost of a piece is what it adds to the pieces section: its line and label, the change in
+    omission marks around it, and the one-line unit header the first piece of a unit brings. Counts
+    come from the write-time cache, so the section's size is known without tokenizing it. A piece
+    that does not fit is skipped, not a stop.
     """
     mark = counter.count(fmt.OMITTED) + 1
-    chosen: dict[int, list[int]] = {}
+    chosen: dict[int, set[int]] = {}
     used = header_tokens + 1
     for doc in ranked:
+        if room - used < 4:
+            break
         seq, idx = history.piece_of[doc]
-        cost = piece_cost(history, doc) + mark
-        if seq not in chosen:
-            cost += counter.count(f"[u{seq + 1} · {fmt.when(history.notes[seq])}]") + 1 + mark
+        note = history.notes[seq]
+        piece = note.pieces[idx]
+        present = chosen.get(seq)
+        cost = piece.tokens + piece.label_tokens + 1 + mark * marks_delta(present or set(), idx, len(note.pieces))
+        if not present:
+            key = ("group-header", seq)
+            if key not in history.token_cache:
+                history.token_cache[key] = counter.count(f"[u{seq + 1} · {fmt.when(note)}]")
+            cost += history.token_cache[key] + 1
         if used + cost > room:
             continue
-        chosen.setdefault(seq, []).append(idx)
+        chosen.setdefault(seq, set()).add(idx)
         used += cost
-    return chosen
+    return {seq: sorted(idx) for seq, idx in chosen.items()}
 
 
 def pieces_section(history: History, chosen: dict[int, list[int]]) -> str:

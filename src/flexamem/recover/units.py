@@ -93,12 +93,24 @@ class Recovery:
         return self._raw[seq]
 
     def excerpt(self, seq: int) -> tuple[str, int, tuple[int, ...]]:
-        """The record plus the unit's best BM25 pieces within E tokens, in original order."""
+        """The record plus the unit's best BM25 pieces within E tokens, in original order.
+
+        Its size comes from cached counts (header, record, pieces, labels, marks); the renderer's one
+        exact count of the whole memory catches the rare token a join adds.
+        """
         if seq not in self._excerpts:
             note = self.history.notes[seq]
             chosen = self.best_pieces(note, self.excerpt_tokens)
             text = fmt.excerpt_block(note, chosen)
-            self._excerpts[seq] = (text, self.counter.count(text), tuple(chosen))
+            key = ("excerpt-header", seq)
+            cache = self.history.token_cache
+            if key not in cache:
+                cache[key] = self.counter.count(fmt.excerpt_block(note, []))
+                cache["mark"] = self.counter.count(fmt.OMITTED) + 1
+            lines = fmt.piece_lines(note, chosen)
+            size = cache[key] + sum(note.pieces[i].tokens + note.pieces[i].label_tokens + 1 for i in chosen)
+            size += cache["mark"] * sum(1 for line in lines if line == fmt.OMITTED)
+            self._excerpts[seq] = (text, size, tuple(chosen))
         return self._excerpts[seq]
 
     def best_pieces(self, note: Note, limit: int) -> list[int]:

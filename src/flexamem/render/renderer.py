@@ -108,7 +108,7 @@ class Renderer:
                 return full
         base = base if base is not None else self.timeline.records(n)
         if mode == "pieces":
-            result = self._pieces(query, allowance, merge_allowance or allowance, base, n)
+            result = self._pieces(query, allowance, merge_allowance or allowance, base if options.timeline else [], n)
         else:
             result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
         object.__setattr__(result, "merges_written", self.timeline.merges_written - merges_before)
@@ -301,11 +301,6 @@ class Renderer:
 
 
 def _view(seq: int, unit_id: str, resolution: str, pieces: tuple[int, ...], history: History) -> UnitView:
-    note = history.notes[seq]
     shown = set(pieces)
-    by_turn: dict[str, bool] = {}
-    for p in note.pieces:
-        if p.source_id is not None:
-            by_turn[p.source_id] = by_turn.get(p.source_id, True) and p.index in shown
-    turns = tuple(t for t, ok in by_turn.items() if ok)
+    turns = tuple(t for t, ps in history.turn_pieces(seq).items() if shown and ps <= shown)
     return UnitView(seq, unit_id, resolution, pieces, turns)  # type: ignore[arg-type]
