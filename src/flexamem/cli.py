@@ -40,6 +40,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
         lines = [f"FlexA-Mem demo: {len(mem)} notes in {db} ({time.perf_counter() - start:.2f} s)", ""]
         for note in mem.notes():
             _print_note(note, lines)
+        question = "Which card should the hotel refund go to?"
+        for mode in ("pieces", "units"):
+            r = mem.render(question, 260, mode=mode)
+            lines += [
+                "",
+                f"--- render({question!r}, budget=260, mode={mode!r}): {r.tokens} tokens (allowance {r.allowance}) ---",
+                r.text,
+            ]
+        agent = mem.agent(task="Find the booking reference of the Lisbon hotel", budget=600)
+        for i in range(8):
+            agent.step(
+                action=f"search_bookings(page={i})",
+                observation=f"page {i}: " + ", ".join(f"booking B-{i}{j} (city {j})" for j in range(12)),
+            )
+        ctx = agent.context()
+        lines += [
+            "",
+            f"--- agent context after 8 steps: {len(ctx.messages)} messages, {ctx.tokens} tokens "
+            f"(ceiling {ctx.ceiling}) ---",
+        ]
+        lines += [f"[{m['role']}] {m['content']}" for m in ctx.messages]
     print("\n".join(lines))
     return 0
 
