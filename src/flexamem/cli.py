@@ -96,6 +96,38 @@ def cmd_notes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from flexamem.eval.datasets import locomo_histories, longmemeval_histories
+    from flexamem.eval.harness import MEASURES, load_rows, run, summarise
+    from flexamem.eval.plots import plot_composition, plot_measures
+
+    out = Path(args.out)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.dataset == "locomo":
+        categories = tuple(int(c) for c in args.categories.split(","))
+        histories = locomo_histories(args.data, categories)
+        by_group = True
+    else:
+        histories = longmemeval_histories(args.data)
+        by_group = False
+    if args.limit:
+        histories = histories[: args.limit]
+    problems = [p for h in histories for p in h.problems]
+    for p in problems:
+        print(f"flexamem: skipped {p}", file=sys.stderr)
+    run(histories, methods, budgets, out, progress=not args.quiet)
+    results = summarise(out, by_group=by_group, resamples=args.resamples)
+    try:
+        plot_measures(results, out, MEASURES)
+        plot_composition(load_rows(out), out, ("unit-recovery", "piece-recovery"))
+    except FlexaMemError as exc:
+        print(f"flexamem: no plots: {exc}", file=sys.stderr)
+    print((out / "results.md").read_text())
+    print(f"{len(problems)} item(s) skipped; outputs in {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flexamem", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -107,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", required=True, help="SQLite file; one history per conversation")
     p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
     p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser("eval", help="fact recall on real conversations, no LLM needed")
+    p.add_argument("dataset", choices=["locomo", "longmemeval"])
+    p.add_argument("--data", required=True, help="path to the data file")
+    p.add_argument("--budgets", default="2048,4096,8192")
+    p.add_argument("--methods", default="unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,"
+                   "timeline-only,full")
+    p.add_argument("--out", required=True, help="results folder (a rerun resumes what is there)")
+    p.add_argument("--categories", default="1,2,3,4", help="LoCoMo categories (1 multi-hop, 2 temporal, "
+                   "3 open-domain, 4 single-hop, 5 adversarial)")
+    p.add_argument("--limit", type=int, default=0, help="only the first N histories")
+    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("notes", help="print the notes of a history")
     p.add_argument("--db", required=True)
     p.add_argument("--history", default="default")

@@ -1,0 +1,229 @@
+"""The fact-recall harness: every method x budget x question, measured without an LLM, resumable.
+
+``per_question.jsonl`` gets one row per (item, method, budget) as soon as it is measured, so an
+interrupted run resumes where it stopped. One bad item is reported (``errors.jsonl``) and counted,
+never fatal. ``summarise`` turns the rows into ``results.json`` (one row per method x budget x
+measure, with bootstrap CIs), paired comparisons (exact McNemar, Holm) and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from flexamem.config import Settings
+from flexamem.eval.datasets import QAHistory, QAItem
+from flexamem.eval.measures import answer_contained, normalise
+from flexamem.eval.methods import METHODS, MethodContext, Output
+from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact
+from flexamem.errors import FlexaMemError, InvalidInputError
+from flexamem.memory import Memory
+
+MEASURES = ("evidence_verbatim", "evidence_partial", "all_evidence", "answer_contained", "tokens", "latency_ms")
+BINARY = ("all_evidence", "answer_contained")
+READER_PROMPT = (Path(__file__).parent / "prompts" / "reader.txt").read_text(encoding="utf-8")
+
+
+@dataclass
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    total: int
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+    done: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def step(self, label: str, n: int = 1) -> None:
+        self.done += n
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        rate = self.done / max(time.perf_counter() - self.start, 1e-9)
+        self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {rate:.1f}/s {label[:40]:<40}")
+        if self.done >= self.total:
+            self.out.write("\n")
+        self.out.flush()
+
+
+def measure(output: Output, item: QAItem, turns: dict[str, str], pieces: dict[str, list[str]],
+            prompt_tokens: int, budget: int) -> dict[str, Any]:
+    """The LLM-free measures of one rendering for one question (text containment, any method)."""
+    text = output.text
+    verbatim = [t for t in item.evidence if turns[t].strip() and turns[t].strip() in text]
+    partial = [t for t in item.evidence if any(p in text for p in pieces.get(t, []))]
+    n = len(item.evidence)
+    return {
+        "evidence_verbatim": len(verbatim) / n,
+        "evidence_partial": len(partial) / n,
+        "all_evidence": float(len(verbatim) == n),
+        "answer_contained": float(answer_contained(text, item.answer)),
+        "tokens": output.tokens,
+        "within_budget": (not output.budgeted) or prompt_tokens + output.tokens <= (budget * 95) // 100,
+    }
+
+
+def run(histories: Sequence[QAHistory], methods: Sequence[str], budgets: Sequence[int], out: Path,
+        *, settings: Settings | None = None, progress: bool = True) -> Path:
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path, errors_path = out / "per_question.jsonl", out / "errors.jsonl"
+    done = set()
+    if rows_path.exists():
+        for line in rows_path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done.add((r["item"], r["method"], r["budget"]))
+    total = sum(len(h.questions) for h in histories) * len(methods) * len(budgets)
+    bar = Progress(total) if progress else None
+    if bar:
+        bar.done = len(done)
+    with rows_path.open("a") as rows, errors_path.open("a") as errors:
+        for h in histories:
+            for problem in h.problems:
+                errors.write(json.dumps({"history": h.history_id, "error": problem}) + "\n")
+            todo = [(q, m, b) for q in h.questions for m in methods for b in budgets
+                    if (q.item_id, m, b) not in done]
+            if not todo:
+                continue
+            try:
+                ctx = _context(h, settings)
+            except FlexaMemError as exc:
+                errors.write(json.dumps({"history": h.history_id, "error": f"ingest failed: {exc}"}) + "\n")
+                if bar:
+                    bar.step(h.history_id, len(todo))
+                continue
+            turns = h.turn_texts()
+            pieces = _turn_pieces(ctx.mem)
+            vectors = dict(zip([q.question for q in h.questions],
+                               ctx.mem.embedder.embed([q.question for q in h.questions]), strict=True))
+            ctx.mem._query_vectors.update(vectors)
+            prompt_tokens = {q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question)
+                             for q in h.questions}
+            for q, m, b in todo:
+                try:
+                    start = time.perf_counter()
+                    output = METHODS[m](ctx, q.question, b)
+                    latency = (time.perf_counter() - start) * 1000
+                    row = {"item": q.item_id, "group": q.group, "category": q.category, "method": m, "budget": b,
+                           **measure(output, q, turns, pieces, prompt_tokens[q.item_id], b),
+                           "latency_ms": latency, "composition": output.composition}
+                    rows.write(json.dumps(row) + "\n")
+                except FlexaMemError as exc:
+                    errors.write(json.dumps({"item": q.item_id, "method": m, "budget": b, "error": str(exc)}) + "\n")
+                if bar:
+                    bar.step(f"{h.history_id} {m} {b}")
+            rows.flush()
+    return rows_path
+
+
+def _context(h: QAHistory, settings: Settings | None) -> MethodContext:
+    base = settings or Settings()
+    s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
+    mem = Memory(":memory:", settings=s)
+    for session in h.sessions:
+        mem.add_session(session.turns, session_id=session.session_id, date=session.date)
+    return MethodContext(mem, READER_PROMPT)
+
+
+def _turn_pieces(mem: Memory) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for note in mem.history.notes:
+        for p in note.pieces:
+            if p.source_id is not None:
+                out[p.source_id].append(p.text)
+    return out
+
+
+def load_rows(out: Path) -> list[dict[str, Any]]:
+    path = out / "per_question.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def summarise(out: Path, *, by_group: bool = False, resamples: int = 10_000) -> list[dict[str, Any]]:
+    """Write results.json, comparisons.json and results.md from per_question.jsonl."""
+    rows = load_rows(out)
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        cells[(r["method"], r["budget"])].append(r)
+    results = []
+    for (method, budget), rs in sorted(cells.items()):
+        groups = [r["group"] for r in rs] if by_group else None
+        for name in MEASURES:
+            values = [float(r[name]) for r in rs]
+            lo, hi = bootstrap_ci(values, groups, resamples=resamples)
+            results.append({"method": method, "budget": budget, "measure": name,
+                            "value": sum(values) / len(values), "n": len(values), "ci_low": lo, "ci_high": hi})
+        results.append({"method": method, "budget": budget, "measure": "budget_violations",
+                        "value": sum(1 for r in rs if not r["within_budget"]), "n": len(rs),
+                        "ci_low": None, "ci_high": None})
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    comparisons = _comparisons(rows)
+    (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
+    (out / "results.md").write_text(markdown(results, comparisons))
+    return results
+
+
+def _comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Piece recovery and unit recovery against every other method, per budget and binary measure."""
+    table = {(r["item"], r["method"], r["budget"]): r for r in rows}
+    methods = sorted({r["method"] for r in rows})
+    budgets = sorted({r["budget"] for r in rows})
+    items = sorted({r["item"] for r in rows})
+    out = []
+    for ours in ("piece-recovery", "unit-recovery"):
+        for other in methods:
+            if other == ours or ours not in methods:
+                continue
+            for b in budgets:
+                for name in BINARY:
+                    pairs = [(table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0) for i in items
+                             if (i, ours, b) in table and (i, other, b) in table]
+                    if pairs:
+                        only_a, only_b, p = mcnemar_exact([a for a, _ in pairs], [b_ for _, b_ in pairs])
+                        out.append({"method": ours, "against": other, "budget": b, "measure": name,
+                                    "only_method": only_a, "only_against": only_b, "n": len(pairs), "p": p})
+    for name in BINARY:
+        family = [c for c in out if c["measure"] == name]
+        for c, adj in zip(family, holm([c["p"] for c in family]), strict=True):
+            c["p_holm"] = adj
+    return out
+
+
+def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    budgets = sorted({r["budget"] for r in results})
+    methods = sorted({r["method"] for r in results})
+    value = {(r["method"], r["budget"], r["measure"]): r for r in results}
+    lines = []
+    for name in MEASURES:
+        lines += [f"### {name}", "", "| method | " + " | ".join(f"{b:,}" for b in budgets) + " |",
+                  "|---|" + "---:|" * len(budgets)]
+        for m in methods:
+            cells = []
+            for b in budgets:
+                r = value.get((m, b, name))
+                if r is None:
+                    cells.append("")
+                elif name in ("tokens", "latency_ms"):
+                    cells.append(f"{r['value']:.1f}")
+                else:
+                    cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if comparisons:
+        lines += ["### paired comparisons (exact McNemar, Holm-adjusted per measure)", "",
+                  "| method | against | budget | measure | only method | only against | p (Holm) |",
+                  "|---|---|---:|---|---:|---:|---:|"]
+        for c in comparisons:
+            lines.append(f"| {c['method']} | {c['against']} | {c['budget']} | {c['measure']} | {c['only_method']} "
+                         f"| {c['only_against']} | {c['p_holm']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["MEASURES", "Progress", "load_rows", "measure", "normalise", "run", "summarise"]

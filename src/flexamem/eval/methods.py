@@ -1,0 +1,114 @@
+"""The methods the harnesses compare, all behind one call: ``method(ctx, question, budget)``.
+
+FlexA-Mem (unit recovery, piece recovery, timeline only) and the baselines that need no LLM
+(SPEC section 9): full history (no budget), truncation (newest units that fit), piece retrieval (BM25
+pieces, no memory written: piece recovery without a timeline) and unit retrieval (raw units ranked by
+the best MiniLM similarity of their 150-token spans, shown in time order). Every method sees the same
+notes, counter, prompt and allowance, and shows raw text with the same formatting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flexamem.memory import Memory
+from flexamem.render import format as fmt
+from flexamem.render.renderer import RenderOptions
+
+SPAN_TOKENS = 150
+
+
+@dataclass
+class MethodContext:
+    """One history, ready to render: its memory plus caches some baselines need."""
+
+    mem: Memory
+    prompt: str
+    span_vectors: list[np.ndarray] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def spans(self) -> list[np.ndarray]:
+        """MiniLM vectors of each unit's 150-token spans (computed once per history)."""
+        if self.span_vectors is None:
+            counter, notes = self.mem.counter, self.mem.history.notes
+            texts, owners = [], []
+            for note in notes:
+                offsets = counter.token_offsets(note.raw) + [len(note.raw)]
+                for s in range(0, len(offsets) - 1, SPAN_TOKENS):
+                    texts.append(note.raw[offsets[s] : offsets[min(s + SPAN_TOKENS, len(offsets) - 1)]])
+                    owners.append(note.seq)
+            vectors = self.mem.embedder.embed(texts)
+            self.span_vectors = [vectors[[i for i, o in enumerate(owners) if o == n.seq]] for n in notes]
+        return self.span_vectors
+
+
+@dataclass(frozen=True)
+class Output:
+    text: str
+    tokens: int
+    budgeted: bool = True
+    composition: dict[str, int] = field(default_factory=dict)
+
+
+Method = Callable[[MethodContext, str, int], Output]
+
+
+def _flexamem(mode: str, options: RenderOptions | None = None) -> Method:
+    def run(ctx: MethodContext, question: str, budget: int) -> Output:
+        r = ctx.mem.render(question, budget, mode=mode, prompt=ctx.prompt, options=options)
+        return Output(r.text, r.tokens, True, dict(r.composition))
+
+    return run
+
+
+def _raw_units(ctx: MethodContext, seqs: list[int]) -> Output:
+    notes = ctx.mem.history.notes
+    text = "\n".join(fmt.raw_block(notes[s]) for s in sorted(seqs))
+    tokens = ctx.mem.counter.count(text)
+    return Output(text, tokens, True, {"raw": tokens})
+
+
+def _fit(ctx: MethodContext, order: list[int], allowance: int) -> list[int]:
+    """Units in the given order while their raw blocks fit (a unit that does not fit is skipped)."""
+    counter, notes = ctx.mem.counter, ctx.mem.history.notes
+    chosen, used = [], 0
+    for seq in order:
+        size = counter.count(fmt.raw_block(notes[seq]).split("\n", 1)[0]) + 1 + notes[seq].raw_tokens + 1
+        if used + size <= allowance:
+            chosen.append(seq)
+            used += size
+    while chosen and counter.count("\n".join(fmt.raw_block(notes[s]) for s in sorted(chosen))) > allowance:
+        chosen.pop()  # joins can add a token: drop the last taken until it fits
+    return chosen
+
+
+def full_history(ctx: MethodContext, question: str, budget: int) -> Output:
+    out = _raw_units(ctx, list(range(len(ctx.mem.history))))
+    return Output(out.text, out.tokens, False, out.composition)
+
+
+def truncation(ctx: MethodContext, question: str, budget: int) -> Output:
+    allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(ctx.prompt) + ctx.mem.counter.count(question))
+    return _raw_units(ctx, _fit(ctx, list(range(len(ctx.mem.history) - 1, -1, -1)), allowance))
+
+
+def unit_retrieval(ctx: MethodContext, question: str, budget: int) -> Output:
+    allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(ctx.prompt) + ctx.mem.counter.count(question))
+    q = ctx.mem.query_vector(question)
+    best = [float((v @ q).max()) if len(v) else -1.0 for v in ctx.spans()]
+    order = sorted(range(len(best)), key=lambda s: (-best[s], s))
+    return _raw_units(ctx, _fit(ctx, order, allowance))
+
+
+METHODS: dict[str, Method] = {
+    "unit-recovery": _flexamem("units"),
+    "piece-recovery": _flexamem("pieces"),
+    "timeline-only": _flexamem("units", RenderOptions(recovery=False)),
+    "piece-retrieval": _flexamem("pieces", RenderOptions(timeline=False)),
+    "unit-retrieval": unit_retrieval,
+    "truncation": truncation,
+    "full": full_history,
+}
