@@ -107,10 +107,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.dataset == "locomo":
         categories = tuple(int(c) for c in args.categories.split(","))
         histories = locomo_histories(args.data, categories)
-        by_group = True
     else:
         histories = longmemeval_histories(args.data)
-        by_group = False
+    by_group = args.ci_over == "conversations"
     if args.limit:
         histories = histories[: args.limit]
     problems = [p for h in histories for p in h.problems]
@@ -143,13 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", choices=["locomo", "longmemeval"])
     p.add_argument("--data", required=True, help="path to the data file")
     p.add_argument("--budgets", default="2048,4096,8192")
-    p.add_argument("--methods", default="unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,"
-                   "timeline-only,full")
+    p.add_argument(
+        "--methods", default="unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full"
+    )
     p.add_argument("--out", required=True, help="results folder (a rerun resumes what is there)")
-    p.add_argument("--categories", default="1,2,3,4", help="LoCoMo categories (1 multi-hop, 2 temporal, "
-                   "3 open-domain, 4 single-hop, 5 adversarial)")
+    p.add_argument(
+        "--categories",
+        default="1,2,3,4",
+        help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial)",
+    )
     p.add_argument("--limit", type=int, default=0, help="only the first N histories")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument(
+        "--ci-over", choices=["questions", "conversations"], default="questions", help="what the bootstrap resamples"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("notes", help="print the notes of a history")

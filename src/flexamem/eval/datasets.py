@@ -91,10 +91,18 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
             if sid in answer_sessions:
                 fallback.append(tid)
         if out_turns:
-            sessions.append(LocomoSession(session_id=str(sid), date=None if date is None else str(date), turns=out_turns))
+            sessions.append(
+                LocomoSession(session_id=str(sid), date=None if date is None else str(date), turns=out_turns)
+            )
     category = str(raw.get("question_type", "unknown")) + ("/abstention" if qid.endswith("_abs") else "")
-    item = QAItem(qid, str(raw["question"]), None if raw.get("answer") is None else str(raw["answer"]),
-                  tuple(evidence or fallback), category, qid)
+    item = QAItem(
+        qid,
+        str(raw["question"]),
+        None if raw.get("answer") is None else str(raw["answer"]),
+        tuple(evidence or fallback),
+        category,
+        qid,
+    )
     problems = [] if item.evidence else [f"{qid}: no evidence turn (no has_answer label, no answer session)"]
     return QAHistory(qid, sessions, [item] if item.evidence else [], one_unit_per_session=False, problems=problems)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flexamem.config import Settings
+from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
 from flexamem.eval.measures import answer_contained, normalise
 from flexamem.eval.methods import METHODS, MethodContext, Output
 from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact
-from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 
 MEASURES = ("evidence_verbatim", "evidence_partial", "all_evidence", "answer_contained", "tokens", "latency_ms")
@@ -44,14 +44,17 @@ class Progress:
         width = 30
         filled = int(width * self.done / max(self.total, 1))
         rate = self.done / max(time.perf_counter() - self.start, 1e-9)
-        self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {rate:.1f}/s {label[:40]:<40}")
+        self.out.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {rate:.1f}/s {label[:40]:<40}"
+        )
         if self.done >= self.total:
             self.out.write("\n")
         self.out.flush()
 
 
-def measure(output: Output, item: QAItem, turns: dict[str, str], pieces: dict[str, list[str]],
-            prompt_tokens: int, budget: int) -> dict[str, Any]:
+def measure(
+    output: Output, item: QAItem, turns: dict[str, str], pieces: dict[str, list[str]], prompt_tokens: int, budget: int
+) -> dict[str, Any]:
     """The LLM-free measures of one rendering for one question (text containment, any method)."""
     text = output.text
     verbatim = [t for t in item.evidence if turns[t].strip() and turns[t].strip() in text]
@@ -67,8 +70,15 @@ def measure(output: Output, item: QAItem, turns: dict[str, str], pieces: dict[st
     }
 
 
-def run(histories: Sequence[QAHistory], methods: Sequence[str], budgets: Sequence[int], out: Path,
-        *, settings: Settings | None = None, progress: bool = True) -> Path:
+def run(
+    histories: Sequence[QAHistory],
+    methods: Sequence[str],
+    budgets: Sequence[int],
+    out: Path,
+    *,
+    settings: Settings | None = None,
+    progress: bool = True,
+) -> Path:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
@@ -88,8 +98,7 @@ def run(histories: Sequence[QAHistory], methods: Sequence[str], budgets: Sequenc
         for h in histories:
             for problem in h.problems:
                 errors.write(json.dumps({"history": h.history_id, "error": problem}) + "\n")
-            todo = [(q, m, b) for q in h.questions for m in methods for b in budgets
-                    if (q.item_id, m, b) not in done]
+            todo = [(q, m, b) for q in h.questions for m in methods for b in budgets if (q.item_id, m, b) not in done]
             if not todo:
                 continue
             try:
@@ -101,19 +110,32 @@ def run(histories: Sequence[QAHistory], methods: Sequence[str], budgets: Sequenc
                 continue
             turns = h.turn_texts()
             pieces = _turn_pieces(ctx.mem)
-            vectors = dict(zip([q.question for q in h.questions],
-                               ctx.mem.embedder.embed([q.question for q in h.questions]), strict=True))
+            vectors = dict(
+                zip(
+                    [q.question for q in h.questions],
+                    ctx.mem.embedder.embed([q.question for q in h.questions]),
+                    strict=True,
+                )
+            )
             ctx.mem._query_vectors.update(vectors)
-            prompt_tokens = {q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question)
-                             for q in h.questions}
+            prompt_tokens = {
+                q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
+            }
             for q, m, b in todo:
                 try:
                     start = time.perf_counter()
                     output = METHODS[m](ctx, q.question, b)
                     latency = (time.perf_counter() - start) * 1000
-                    row = {"item": q.item_id, "group": q.group, "category": q.category, "method": m, "budget": b,
-                           **measure(output, q, turns, pieces, prompt_tokens[q.item_id], b),
-                           "latency_ms": latency, "composition": output.composition}
+                    row = {
+                        "item": q.item_id,
+                        "group": q.group,
+                        "category": q.category,
+                        "method": m,
+                        "budget": b,
+                        **measure(output, q, turns, pieces, prompt_tokens[q.item_id], b),
+                        "latency_ms": latency,
+                        "composition": output.composition,
+                    }
                     rows.write(json.dumps(row) + "\n")
                 except FlexaMemError as exc:
                     errors.write(json.dumps({"item": q.item_id, "method": m, "budget": b, "error": str(exc)}) + "\n")
@@ -158,11 +180,28 @@ def summarise(out: Path, *, by_group: bool = False, resamples: int = 10_000) -> 
         for name in MEASURES:
             values = [float(r[name]) for r in rs]
             lo, hi = bootstrap_ci(values, groups, resamples=resamples)
-            results.append({"method": method, "budget": budget, "measure": name,
-                            "value": sum(values) / len(values), "n": len(values), "ci_low": lo, "ci_high": hi})
-        results.append({"method": method, "budget": budget, "measure": "budget_violations",
-                        "value": sum(1 for r in rs if not r["within_budget"]), "n": len(rs),
-                        "ci_low": None, "ci_high": None})
+            results.append(
+                {
+                    "method": method,
+                    "budget": budget,
+                    "measure": name,
+                    "value": sum(values) / len(values),
+                    "n": len(values),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
+        results.append(
+            {
+                "method": method,
+                "budget": budget,
+                "measure": "budget_violations",
+                "value": sum(1 for r in rs if not r["within_budget"]),
+                "n": len(rs),
+                "ci_low": None,
+                "ci_high": None,
+            }
+        )
     (out / "results.json").write_text(json.dumps(results, indent=1))
     comparisons = _comparisons(rows)
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
@@ -183,12 +222,25 @@ def _comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             for b in budgets:
                 for name in BINARY:
-                    pairs = [(table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0) for i in items
-                             if (i, ours, b) in table and (i, other, b) in table]
+                    pairs = [
+                        (table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0)
+                        for i in items
+                        if (i, ours, b) in table and (i, other, b) in table
+                    ]
                     if pairs:
                         only_a, only_b, p = mcnemar_exact([a for a, _ in pairs], [b_ for _, b_ in pairs])
-                        out.append({"method": ours, "against": other, "budget": b, "measure": name,
-                                    "only_method": only_a, "only_against": only_b, "n": len(pairs), "p": p})
+                        out.append(
+                            {
+                                "method": ours,
+                                "against": other,
+                                "budget": b,
+                                "measure": name,
+                                "only_method": only_a,
+                                "only_against": only_b,
+                                "n": len(pairs),
+                                "p": p,
+                            }
+                        )
     for name in BINARY:
         family = [c for c in out if c["measure"] == name]
         for c, adj in zip(family, holm([c["p"] for c in family]), strict=True):
@@ -202,8 +254,12 @@ def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
     value = {(r["method"], r["budget"], r["measure"]): r for r in results}
     lines = []
     for name in MEASURES:
-        lines += [f"### {name}", "", "| method | " + " | ".join(f"{b:,}" for b in budgets) + " |",
-                  "|---|" + "---:|" * len(budgets)]
+        lines += [
+            f"### {name}",
+            "",
+            "| method | " + " | ".join(f"{b:,}" for b in budgets) + " |",
+            "|---|" + "---:|" * len(budgets),
+        ]
         for m in methods:
             cells = []
             for b in budgets:
@@ -217,12 +273,17 @@ def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
     if comparisons:
-        lines += ["### paired comparisons (exact McNemar, Holm-adjusted per measure)", "",
-                  "| method | against | budget | measure | only method | only against | p (Holm) |",
-                  "|---|---|---:|---|---:|---:|---:|"]
+        lines += [
+            "### paired comparisons (exact McNemar, Holm-adjusted per measure)",
+            "",
+            "| method | against | budget | measure | only method | only against | p (Holm) |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
         for c in comparisons:
-            lines.append(f"| {c['method']} | {c['against']} | {c['budget']} | {c['measure']} | {c['only_method']} "
-                         f"| {c['only_against']} | {c['p_holm']:.3g} |")
+            lines.append(
+                f"| {c['method']} | {c['against']} | {c['budget']} | {c['measure']} | {c['only_method']} "
+                f"| {c['only_against']} | {c['p_holm']:.3g} |"
+            )
     return "\n".join(lines) + "\n"
 
 

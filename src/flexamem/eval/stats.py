@@ -52,8 +52,9 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
-def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000,
-                          seed: int = 0) -> tuple[float, float, float]:
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
     """(mean of a - b, CI low, CI high), resampling paired items."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     lo, hi = bootstrap_ci(d.tolist(), resamples=resamples, seed=seed)

@@ -2,8 +2,9 @@
 
 Every piece is ranked by BM25 against the query (reader: the question; agent: the task with the
 newest unit). Ties go to the cosine between piece and query, then to the earlier piece; piece
-vectors are computed only for a tie group that starts within the room and are kept in memory for
-later calls (the paper: pieces are embedded when first needed, then reused).
+vectors are computed only for the tie run that straddles the room's edge and are kept in memory for
+later calls (the paper: pieces are embedded when first needed, then reused); a run of more than
+``MAX_TIE_VECTORS`` pieces is ordered by its units' cosines instead.
 
 Decision: pieces no query word matches (BM25 score 0) all tie; ordering them by their own cosine
 would mean embedding most of the history at read time, so they follow the matched pieces ordered by
@@ -21,6 +22,8 @@ from flexamem.history import History
 from flexamem.render import format as fmt
 from flexamem.tokens import TokenCounter
 
+MAX_TIE_VECTORS = 16  # a tie run longer than this is ordered by unit cosine (no read-time embedding of it)
+
 
 def ranked_pieces(
     history: History,
@@ -32,8 +35,8 @@ def ranked_pieces(
 ) -> list[int]:
     """BM25 doc ids of notes ``0..n-1`` in rank order: score desc, cosine desc, position asc.
 
-    Cosines are computed only for runs of equal scores that start within the first ``room`` tokens
-    of the ranking (a tie further down cannot change what fits).
+    Cosines are computed only for the run of equal scores that straddles the first ``room`` tokens of
+    the ranking (a tie wholly inside or beyond the room cannot change what fits).
     """
     docs, scores = history.index.search(terms)
     limit = history.doc_of[n] if n < len(history.doc_of) else len(history.piece_of)
@@ -50,12 +53,17 @@ def ranked_pieces(
         while j < len(ranked) and ranked_scores[j] == ranked_scores[i]:
             j += 1
         run = ranked[i:j]
-        if j - i > 1 and used <= room:
+        size = sum(history.piece(d)[1].tokens for d in run) if used <= room else 0
+        if j - i > 1 and used <= room < used + size:  # only a run that straddles the cut needs ordering
             if vector is None:
                 vector = query_vector()
-            sims = piece_vectors(run) @ vector
+            if len(run) <= MAX_TIE_VECTORS:
+                sims = piece_vectors(run) @ vector
+            else:  # a huge tie (e.g. repeated text): the unit's cosine stands in for the piece's
+                unit_sims = history.embeddings[:n] @ vector
+                sims = np.array([unit_sims[history.piece_of[d][0]] for d in run])
             run = [run[k] for k in sorted(range(len(run)), key=lambda k: (-sims[k], run[k]))]
-        used += sum(history.piece(d)[1].tokens for d in run) if used <= room else 0
+        used += size
         out.extend(run)
         i = j
     if used < room:  # room to spare: the pieces no query word matches, from the most similar units

@@ -56,6 +56,7 @@ class Timeline:
         self._records: list[Entry] = []
         self._merged: dict[tuple[int, int, int], Entry] = {}
         self._stored: dict[tuple[int, int, int], MergedRecord] | None = None
+        self._plans: dict[tuple[tuple[int, int, int], ...], _Plan] = {}
         self.merges_written = 0
 
     def record(self, seq: int) -> Entry:
@@ -118,18 +119,43 @@ class Timeline:
         return self._stored[(entry.first, entry.last, entry.level)].text
 
     def fit(self, entries: list[Entry], target: float) -> list[Entry]:
-        """Merge oldest-first until ``||T|| <= target`` or nothing is left to merge."""
-        entries = list(entries)
-        total = total_tokens(entries)
-        while total > target:
-            group = _next_group(entries)
+        """Merge oldest-first until ``||T|| <= target`` or nothing is left to merge.
+
+        The sequence of merges from a given timeline does not depend on the target, so it is planned
+        once per timeline (and extended on demand); a call replays the prefix its target needs.
+        """
+        key = tuple((e.first, e.last, e.level) for e in entries)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > 64:
+                self._plans.clear()
+            plan = self._plans[key] = _Plan(list(entries), [total_tokens(entries)], [])
+        while plan.totals[-1] > target and not plan.exhausted:
+            group = _next_group(plan.state)
             if group is None:
+                plan.exhausted = True
                 break
             start, stop = group
-            merged = self.merge(entries[start:stop])
-            total += merged.tokens - sum(e.tokens for e in entries[start:stop]) - (stop - start - 1)
-            entries[start:stop] = [merged]
-        return entries
+            merged = self.merge(plan.state[start:stop])
+            saved = sum(e.tokens for e in plan.state[start:stop]) + (stop - start - 1) - merged.tokens
+            plan.state[start:stop] = [merged]
+            plan.ops.append((start, stop, merged))
+            plan.totals.append(plan.totals[-1] - saved)
+        steps = next((k for k, t in enumerate(plan.totals) if t <= target), len(plan.totals) - 1)
+        out = list(entries)
+        for start, stop, merged in plan.ops[:steps]:
+            out[start:stop] = [merged]
+        return out
+
+
+@dataclass
+class _Plan:
+    """The merges planned from one timeline: state after all of them, totals after each."""
+
+    state: list[Entry]
+    totals: list[int]
+    ops: list[tuple[int, int, Entry]]
+    exhausted: bool = False
 
 
 def _next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:

@@ -1,0 +1,122 @@
+import json
+from pathlib import Path
+
+import pytest
+
+import flexamem as fm
+from flexamem.cli import main
+from flexamem.eval.datasets import QAHistory, QAItem, locomo_histories, longmemeval_histories
+from flexamem.eval.harness import load_rows, run, summarise
+from flexamem.eval.locomo import Session
+from flexamem.eval.methods import METHODS
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_mini.json"
+
+
+def tiny_history() -> QAHistory:
+    sessions = []
+    for i in range(8):
+        turns = [
+            {"speaker": "Ana", "text": f"Day {i}: the garden and the market, nothing else.", "id": f"D{i}:1"},
+            {"speaker": "Ben", "text": f"Noted for day {i}, the weather was grey again.", "id": f"D{i}:2"},
+        ]
+        if i == 2:
+            turns.append({"speaker": "Ana", "text": "My passport number ends in 7781, keep it safe.", "id": "D2:3"})
+        sessions.append(Session(f"session_{i}", f"{i + 1} May 2024", turns))
+    q = QAItem("h/q0", "What does my passport number end in?", "7781", ("D2:3",), "single-hop", "h")
+    return QAHistory("h", sessions, [q], one_unit_per_session=True)
+
+
+def test_longmemeval_loader_maps_turns_labels_and_bad_items() -> None:
+    histories = longmemeval_histories(FIXTURE)
+    assert [h.history_id for h in histories] == ["q1", "q2_abs", "bad2"]
+    q1 = histories[0]
+    assert [s.session_id for s in q1.sessions] == ["sess_a", "sess_b", "sess_c"]
+    assert q1.sessions[1].turns[0] == {
+        "speaker": "user",
+        "role": "user",
+        "text": "My dog Biscuit is a beagle and he keeps chewing shoes.",
+        "id": "sess_b:0",
+    }
+    assert q1.questions[0].evidence == ("sess_b:0",) and not q1.one_unit_per_session
+    # no has_answer label: the answer session's turns are the evidence; abstention is named
+    assert histories[1].questions[0].category == "temporal-reasoning/abstention"
+    assert histories[1].questions[0].evidence == ("sess_d:0", "sess_d:1")
+    assert histories[2].problems and "missing 'haystack_sessions'" in histories[2].problems[0]
+    with pytest.raises(fm.InvalidInputError):
+        longmemeval_histories(FIXTURE.parent / "nope.json")
+
+
+def test_every_method_stays_in_budget_and_measures_make_sense(tmp_path: Path) -> None:
+    h = tiny_history()
+    run([h], list(METHODS), [256, 1024], tmp_path, progress=False)
+    rows = {(r["method"], r["budget"]): r for r in load_rows(tmp_path)}
+    assert len(rows) == len(METHODS) * 2
+    assert all(r["within_budget"] for r in rows.values())
+    assert rows[("full", 256)]["evidence_verbatim"] == 1.0 and rows[("full", 256)]["answer_contained"] == 1.0
+    assert rows[("piece-retrieval", 256)]["evidence_verbatim"] == 1.0  # BM25 finds "passport"
+    assert rows[("timeline-only", 256)]["evidence_verbatim"] == 0.0 or rows[("timeline-only", 256)]["tokens"] < 230
+    assert rows[("truncation", 256)]["evidence_verbatim"] == 0.0  # the evidence is old
+    results = summarise(tmp_path, resamples=200)
+    names = {r["measure"] for r in results}
+    assert {
+        "evidence_verbatim",
+        "evidence_partial",
+        "all_evidence",
+        "answer_contained",
+        "tokens",
+        "latency_ms",
+    } <= names
+    assert (tmp_path / "results.md").read_text().startswith("### evidence_verbatim")
+    assert json.loads((tmp_path / "comparisons.json").read_text())
+
+
+def test_runs_resume_without_redoing_items(tmp_path: Path) -> None:
+    h = tiny_history()
+    run([h], ["truncation"], [512], tmp_path, progress=False)
+    first = (tmp_path / "per_question.jsonl").read_text()
+    run([h], ["truncation", "piece-retrieval"], [512], tmp_path, progress=False)
+    rows = load_rows(tmp_path)
+    assert (tmp_path / "per_question.jsonl").read_text().startswith(first)
+    assert sorted(r["method"] for r in rows) == ["piece-retrieval", "truncation"]
+    with pytest.raises(fm.InvalidInputError, match="unknown method"):
+        run([h], ["magic"], [512], tmp_path, progress=False)
+
+
+def test_cli_eval_longmemeval_fixture_writes_every_output(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(
+        [
+            "eval",
+            "longmemeval",
+            "--data",
+            str(FIXTURE),
+            "--budgets",
+            "256,512",
+            "--methods",
+            "piece-recovery,piece-retrieval,truncation",
+            "--out",
+            str(tmp_path),
+            "--resamples",
+            "100",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    for name in (
+        "results.json",
+        "per_question.jsonl",
+        "results.md",
+        "comparisons.json",
+        "evidence_verbatim.png",
+        "composition.png",
+    ):
+        assert (tmp_path / name).exists(), name
+    assert "missing 'haystack_sessions'" in capsys.readouterr().err
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert {r["method"] for r in rows} == {"piece-recovery", "piece-retrieval", "truncation"}
+    assert all(set(r) == {"method", "budget", "measure", "value", "n", "ci_low", "ci_high"} for r in rows)
+
+
+def test_locomo_categories_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(fm.InvalidInputError, match="categories"):
+        locomo_histories(tmp_path / "x.json", (9,))
