@@ -36,7 +36,7 @@ class MethodContext:
             counter, notes = self.mem.counter, self.mem.history.notes
             texts, owners = [], []
             for note in notes:
-                offsets = counter.token_offsets(note.raw) + [len(note.raw)]
+                offsets = [*counter.token_offsets(note.raw), len(note.raw)]
                 for s in range(0, len(offsets) - 1, SPAN_TOKENS):
                     texts.append(note.raw[offsets[s] : offsets[min(s + SPAN_TOKENS, len(offsets) - 1)]])
                     owners.append(note.seq)
