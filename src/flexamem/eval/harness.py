@@ -22,7 +22,7 @@ from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
 from flexamem.eval.measures import answer_contained, normalise
 from flexamem.eval.methods import METHODS, MethodContext, Output
-from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact
+from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 from flexamem.memory import Memory
 
 MEASURES = ("evidence_verbatim", "evidence_partial", "all_evidence", "answer_contained", "tokens", "latency_ms")
@@ -203,14 +203,15 @@ def summarise(out: Path, *, by_group: bool = False, resamples: int = 10_000) -> 
             }
         )
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    comparisons = _comparisons(rows)
+    comparisons = _comparisons(rows, resamples)
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
     (out / "results.md").write_text(markdown(results, comparisons))
     return results
 
 
-def _comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Piece recovery and unit recovery against every other method, per budget and binary measure."""
+def _comparisons(rows: list[dict[str, Any]], resamples: int = 10_000) -> list[dict[str, Any]]:
+    """Piece recovery and unit recovery against every other method, per budget: exact McNemar on the
+    binary measures, and a paired bootstrap CI of the difference in ``evidence_verbatim``."""
     table = {(r["item"], r["method"], r["budget"]): r for r in rows}
     methods = sorted({r["method"] for r in rows})
     budgets = sorted({r["budget"] for r in rows})
@@ -221,6 +222,25 @@ def _comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if other == ours or ours not in methods:
                 continue
             for b in budgets:
+                shared = [i for i in items if (i, ours, b) in table and (i, other, b) in table]
+                if shared:
+                    diff, lo, hi = paired_bootstrap_diff(
+                        [table[(i, ours, b)]["evidence_verbatim"] for i in shared],
+                        [table[(i, other, b)]["evidence_verbatim"] for i in shared],
+                        resamples=resamples,
+                    )
+                    out.append(
+                        {
+                            "method": ours,
+                            "against": other,
+                            "budget": b,
+                            "measure": "evidence_verbatim",
+                            "difference": diff,
+                            "ci_low": lo,
+                            "ci_high": hi,
+                            "n": len(shared),
+                        }
+                    )
                 for name in BINARY:
                     pairs = [
                         (table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0)
@@ -242,7 +262,7 @@ def _comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             }
                         )
     for name in BINARY:
-        family = [c for c in out if c["measure"] == name]
+        family = [c for c in out if c["measure"] == name and "p" in c]
         for c, adj in zip(family, holm([c["p"] for c in family]), strict=True):
             c["p_holm"] = adj
     return out
@@ -272,6 +292,21 @@ def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
                     cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
+    diffs = [c for c in comparisons if "difference" in c]
+    if diffs:
+        lines += [
+            "### paired differences in evidence_verbatim (bootstrap 95% CI, points)",
+            "",
+            "| method | against | budget | difference | CI |",
+            "|---|---|---:|---:|---|",
+        ]
+        for c in diffs:
+            lines.append(
+                f"| {c['method']} | {c['against']} | {c['budget']} | {100 * c['difference']:+.1f} "
+                f"| [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] |"
+            )
+        lines.append("")
+    comparisons = [c for c in comparisons if "p" in c]
     if comparisons:
         lines += [
             "### paired comparisons (exact McNemar, Holm-adjusted per measure)",
