@@ -14,7 +14,7 @@ import resource
 import time
 
 import flexamem as fm
-from flexamem.eval.locomo import default_path, load_locomo
+from flexamem.eval.conversation_data import default_path, load_locomo
 
 
 def ingest(conv, settings: fm.Settings) -> tuple[float, fm.Memory]:  # type: ignore[no-untyped-def]

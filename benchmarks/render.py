@@ -21,7 +21,7 @@ import statistics
 import time
 
 import flexamem as fm
-from flexamem.eval.locomo import default_path, load_locomo
+from flexamem.eval.conversation_data import default_path, load_locomo
 
 BUDGETS = (2048, 4096, 8192, 16384, 32768)
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import flexamem as fm
-from flexamem.eval.locomo import default_path, load_locomo
+from flexamem.eval.conversation_data import default_path, load_locomo
 from flexamem.eval.measures import evidence_verbatim
 
 BUDGETS = (2048, 4096, 8192)

@@ -67,7 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from flexamem.config import Settings
-    from flexamem.eval.locomo import load_locomo
+    from flexamem.eval.conversation_data import load_locomo
 
     conversations = load_locomo(args.data)
     settings = Settings(one_unit_per_session=True)

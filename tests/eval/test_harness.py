@@ -5,9 +5,9 @@ import pytest
 
 import flexamem as fm
 from flexamem.cli import main
+from flexamem.eval.conversation_data import Session
 from flexamem.eval.datasets import QAHistory, QAItem, locomo_histories, longmemeval_histories
 from flexamem.eval.harness import load_rows, run, summarise
-from flexamem.eval.locomo import Session
 from flexamem.eval.methods import METHODS
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_mini.json"

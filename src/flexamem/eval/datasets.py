@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from flexamem.errors import InvalidInputError
-from flexamem.eval.locomo import CATEGORIES, load_locomo
-from flexamem.eval.locomo import Session as LocomoSession
+from flexamem.eval.conversation_data import CATEGORIES, load_locomo
+from flexamem.eval.conversation_data import Session as LocomoSession
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""LoCoMo loader (Maharana et al., 2024): conversations with sessions, dates and QA evidence.
+"""The LoCoMo loader (Maharana et al., 2024): conversations with sessions, dates and QA evidence.
 
 The file is a list of samples ``{sample_id, conversation, qa, ...}``; ``conversation`` holds
 ``speaker_a``, ``speaker_b``, ``session_<n>`` (lists of turns ``{speaker, dia_id, text, ...}``) and
