@@ -206,7 +206,7 @@ class AgentSession:
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
         allowance = ceiling - p - w - overhead
         if allowance <= 0:
-            return self._cut_newest(fixed, window, ceiling, p, first)
+            return self._cut_newest(fixed, ceiling, first)
         reference = ceiling - p - self.budget // 4 - overhead
         rendering = self._render(allowance, reference, first, options or RenderOptions())
         messages = list(fixed)
@@ -218,7 +218,7 @@ class AgentSession:
 
     def _render(self, allowance: int, reference: int, n: int, options: RenderOptions) -> Rendering:
         mem, hid = self.mem, self.mem.history_id
-        newest = "\n".join(agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw.split("\n"))
+        newest = agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw
         if self._task_vector is None:
             self._task_vector = mem.embedder.embed([self.task])[0]
         task_vector = self._task_vector
@@ -244,9 +244,7 @@ class AgentSession:
             mem.store.set_state(hid, "timeline", merged)
         return rendering
 
-    def _cut_newest(
-        self, fixed: list[Message], window: list[Message], ceiling: int, p: int, first: int
-    ) -> AgentContext:
+    def _cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:
         """The newest unit alone does not fit: cut its longest message with a visible mark."""
         units = self.units()
         newest = [m for i in units[-1] for m in self._messages[i]]
@@ -268,7 +266,6 @@ class AgentSession:
                 messages[longest]["content"] = f"[… {cut} tokens cut to fit the budget]"
                 if messages_tokens(fixed + messages, self.counter) > ceiling:
                     messages.pop(longest)
-        del window
         out = fixed + messages
         return AgentContext(
             out, messages_tokens(out, self.counter), ceiling, None, False, (len(units) - 1,), cut=True, notes=first

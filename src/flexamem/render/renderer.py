@@ -13,6 +13,7 @@ is hidden; a single line longer than ``A`` is cut with a visible mark. So ``toke
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -111,8 +112,7 @@ class Renderer:
             result = self._pieces(query, allowance, merge_allowance or allowance, base if options.timeline else [], n)
         else:
             result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
-        object.__setattr__(result, "merges_written", self.timeline.merges_written - merges_before)
-        return result
+        return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
 
     # -- pass-through ------------------------------------------------------------------------------
     def _pass_through(self, n: int, allowance: int) -> Rendering | None:
