@@ -177,11 +177,17 @@ class AgentSession:
         out.append({"role": "user", "content": self.task})
         return out
 
-    def messages(self, options: RenderOptions | None = None) -> list[Message]:
-        return self.context(options).messages
+    def messages(self, options: RenderOptions | None = None, mode: str = "units") -> list[Message]:
+        return self.context(options, mode).messages
 
-    def context(self, options: RenderOptions | None = None) -> AgentContext:
-        """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring)."""
+    def context(self, options: RenderOptions | None = None, mode: str = "units") -> AgentContext:
+        """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
+
+        ``mode`` is ``"units"`` (unit recovery, the agents' mode) or ``"pieces"`` (piece recovery
+        against the task with the newest unit).
+        """
+        if mode not in ("units", "pieces"):
+            raise InvalidInputError(f"unknown mode {mode!r}: use 'units' or 'pieces'")
         ceiling = self.mem.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -208,7 +214,7 @@ class AgentSession:
         if allowance <= 0:
             return self._cut_newest(fixed, ceiling, first)
         reference = ceiling - p - self.budget // 4 - overhead
-        rendering = self._render(allowance, reference, first, options or RenderOptions())
+        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode)
         messages = list(fixed)
         if rendering.text:
             messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})
@@ -216,7 +222,7 @@ class AgentSession:
         tokens = messages_tokens(messages, self.counter)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
-    def _render(self, allowance: int, reference: int, n: int, options: RenderOptions) -> Rendering:
+    def _render(self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str) -> Rendering:
         mem, hid = self.mem, self.mem.history_id
         newest = agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw
         if self._task_vector is None:
@@ -237,7 +243,13 @@ class AgentSession:
         renderer = mem.renderer
         base = renderer.timeline.restore([tuple(s) for s in spans], n)
         rendering = renderer.render(
-            query, allowance, "units", options, n=n, merge_allowance=max(allowance, reference), base=base
+            query,
+            allowance,
+            mode,  # type: ignore[arg-type]
+            options,
+            n=n,
+            merge_allowance=max(allowance, reference),
+            base=base,
         )
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
         if merged != spans and options.timeline:

@@ -12,9 +12,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flexamem.errors import FlexaMemError
+from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.notes import Note
+from flexamem.tokens import counter
 
 
 def _print_note(note: Note, out: list[str]) -> None:
@@ -26,6 +27,12 @@ def _print_note(note: Note, out: list[str]) -> None:
         f"  links:    {', '.join(str(s) for s in note.links) or '-'}   pieces: {len(note.pieces)}"
         f"   writer: {note.writer}{' (flagged)' if note.flagged else ''}"
     )
+
+
+QA_METHODS = "unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full"
+AGENT_METHODS = (
+    "unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,piece-retrieval,unit-retrieval"
+)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -101,9 +108,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from flexamem.eval.harness import MEASURES, load_rows, run, summarise
     from flexamem.eval.plots import plot_composition, plot_measures
 
+    if args.dataset == "trajectories":
+        return cmd_eval_trajectories(args)
     out = Path(args.out)
-    budgets = [int(b) for b in args.budgets.split(",")]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    budgets = [int(b) for b in (args.budgets or "2048,4096,8192").split(",")]
+    methods = [m.strip() for m in (args.methods or QA_METHODS).split(",") if m.strip()]
     if args.dataset == "locomo":
         categories = tuple(int(c) for c in args.categories.split(","))
         histories = locomo_histories(args.data, categories)
@@ -127,6 +136,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_trajectories(args: argparse.Namespace) -> int:
+    from flexamem.eval.agent_harness import AGENT_MEASURES, run_trajectories, summarise_trajectories
+    from flexamem.eval.harness import load_rows
+    from flexamem.eval.plots import plot_composition, plot_measures
+    from flexamem.eval.trajectories import load_trajectories
+
+    out = Path(args.out)
+    trajs = load_trajectories(args.data, args.format)
+    if args.limit:
+        trajs = trajs[: args.limit]
+    methods = [m.strip() for m in (args.methods or AGENT_METHODS).split(",") if m.strip()]
+    budgets = [int(b) for b in (args.budgets or "2048,3072,4096").split(",")]
+    run_trajectories(trajs, methods, budgets, out, part=args.budget_part, progress=not args.quiet)
+    summarise_trajectories(out, resamples=args.resamples)
+    import json
+
+    try:
+        plot_measures(json.loads((out / "results.json").read_text()), out, AGENT_MEASURES)
+        plot_composition(load_rows(out), out, ("unit-recovery", "piece-recovery"))
+    except FlexaMemError as exc:
+        print(f"flexamem: no plots: {exc}", file=sys.stderr)
+    print((out / "results.md").read_text())
+    problems = sum(len(t.problems) for t in trajs)
+    print(f"{len(trajs)} trajectories, {problems} problem(s) reported in errors.jsonl; outputs in {out}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from flexamem.eval.replay import effective_budget, replay
+    from flexamem.eval.trajectories import load_trajectories
+
+    trajs = load_trajectories(args.file, args.format)
+    traj = next((t for t in trajs if t.traj_id == args.trajectory), None) if args.trajectory else trajs[0]
+    if traj is None:
+        raise InvalidInputError(f"no trajectory {args.trajectory!r}; first ids: {[t.traj_id for t in trajs[:5]]}")
+    if not 1 <= args.step < len(traj.steps) + 1:
+        raise InvalidInputError(f"step must be 1..{len(traj.steps)} for {traj.traj_id}")
+    budget = effective_budget(traj, args.budget, args.budget_part, counter())
+    for t, ctx, m, _ in replay(traj, args.method, budget):
+        if t == args.step - 1:
+            messages = ctx.messages if ctx is not None else m.context().messages if hasattr(m, "context") else []
+            if ctx is None:  # memory is off: the history passes through
+                messages = m.session.fixed_messages() + [x for msgs in m.session._messages for x in msgs]
+            print(f"# {traj.traj_id}: context before step {args.step} ({args.method}, budget {budget})")
+            for msg in messages:
+                print(f"[{msg.get('role')}] {msg.get('content') or ''}")
+                if msg.get("tool_calls"):
+                    print(f"  tool_calls: {msg['tool_calls']}")
+            return 0
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flexamem", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,11 +200,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("eval", help="fact recall on real conversations, no LLM needed")
-    p.add_argument("dataset", choices=["locomo", "longmemeval"])
+    p.add_argument("dataset", choices=["locomo", "longmemeval", "trajectories"])
     p.add_argument("--data", required=True, help="path to the data file")
-    p.add_argument("--budgets", default="2048,4096,8192")
+    p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
     p.add_argument(
-        "--methods", default="unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full"
+        "--methods",
+        help="default: unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full "
+        "(trajectories: unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,"
+        "piece-retrieval,unit-retrieval)",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "tau", "tau2", "openai", "mini-swe-agent", "swe-agent"],
+        help="trajectories: the file format",
+    )
+    p.add_argument(
+        "--budget-part",
+        choices=["context", "history"],
+        default="context",
+        help="trajectories: 'context' = the budget holds policy + task + history; 'history' = the budget "
+        "is for the history, the fixed prompt comes on top",
     )
     p.add_argument("--out", required=True, help="results folder (a rerun resumes what is there)")
     p.add_argument(
@@ -158,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("replay", help="print the context an agent would have seen before step N")
+    p.add_argument("file")
+    p.add_argument("--format", default="auto", choices=["auto", "tau", "tau2", "openai", "mini-swe-agent", "swe-agent"])
+    p.add_argument("--trajectory", help="trajectory id (default: the first)")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--budget", type=int, required=True)
+    p.add_argument("--budget-part", choices=["context", "history"], default="context")
+    p.add_argument("--method", default="unit-recovery")
+    p.set_defaults(func=cmd_replay)
     p = sub.add_parser("notes", help="print the notes of a history")
     p.add_argument("--db", required=True)
     p.add_argument("--history", default="default")

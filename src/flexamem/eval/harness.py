@@ -168,17 +168,32 @@ def load_rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def summarise(out: Path, *, by_group: bool = False, resamples: int = 10_000) -> list[dict[str, Any]]:
-    """Write results.json, comparisons.json and results.md from per_question.jsonl."""
+def summarise(
+    out: Path,
+    *,
+    by_group: bool = False,
+    resamples: int = 10_000,
+    measures: Sequence[str] = MEASURES,
+    binary: Sequence[str] = BINARY,
+    paired: str = "evidence_verbatim",
+) -> list[dict[str, Any]]:
+    """Write results.json, comparisons.json and results.md from per_question.jsonl.
+
+    A measure that is ``None`` for an item (e.g. no detail to recall at that step) leaves the item out
+    of that measure's mean.
+    """
     rows = load_rows(out)
     cells: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         cells[(r["method"], r["budget"])].append(r)
     results = []
     for (method, budget), rs in sorted(cells.items()):
-        groups = [r["group"] for r in rs] if by_group else None
-        for name in MEASURES:
-            values = [float(r[name]) for r in rs]
+        for name in measures:
+            kept = [r for r in rs if r.get(name) is not None]
+            if not kept:
+                continue
+            values = [float(r[name]) for r in kept]
+            groups = [r["group"] for r in kept] if by_group else None
             lo, hi = bootstrap_ci(values, groups, resamples=resamples)
             results.append(
                 {
@@ -203,15 +218,20 @@ def summarise(out: Path, *, by_group: bool = False, resamples: int = 10_000) -> 
             }
         )
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    comparisons = _comparisons(rows, resamples)
+    comparisons = _comparisons(rows, resamples, binary, paired)
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
-    (out / "results.md").write_text(markdown(results, comparisons))
+    (out / "results.md").write_text(markdown(results, comparisons, measures, paired))
     return results
 
 
-def _comparisons(rows: list[dict[str, Any]], resamples: int = 10_000) -> list[dict[str, Any]]:
+def _comparisons(
+    rows: list[dict[str, Any]],
+    resamples: int = 10_000,
+    binary: Sequence[str] = BINARY,
+    paired: str = "evidence_verbatim",
+) -> list[dict[str, Any]]:
     """Piece recovery and unit recovery against every other method, per budget: exact McNemar on the
-    binary measures, and a paired bootstrap CI of the difference in ``evidence_verbatim``."""
+    binary measures, and a paired bootstrap CI of the difference in the ``paired`` measure."""
     table = {(r["item"], r["method"], r["budget"]): r for r in rows}
     methods = sorted({r["method"] for r in rows})
     budgets = sorted({r["budget"] for r in rows})
@@ -222,11 +242,18 @@ def _comparisons(rows: list[dict[str, Any]], resamples: int = 10_000) -> list[di
             if other == ours or ours not in methods:
                 continue
             for b in budgets:
-                shared = [i for i in items if (i, ours, b) in table and (i, other, b) in table]
+                shared = [
+                    i
+                    for i in items
+                    if (i, ours, b) in table
+                    and (i, other, b) in table
+                    and table[(i, ours, b)].get(paired) is not None
+                    and table[(i, other, b)].get(paired) is not None
+                ]
                 if shared:
                     diff, lo, hi = paired_bootstrap_diff(
-                        [table[(i, ours, b)]["evidence_verbatim"] for i in shared],
-                        [table[(i, other, b)]["evidence_verbatim"] for i in shared],
+                        [table[(i, ours, b)][paired] for i in shared],
+                        [table[(i, other, b)][paired] for i in shared],
                         resamples=resamples,
                     )
                     out.append(
@@ -234,14 +261,14 @@ def _comparisons(rows: list[dict[str, Any]], resamples: int = 10_000) -> list[di
                             "method": ours,
                             "against": other,
                             "budget": b,
-                            "measure": "evidence_verbatim",
+                            "measure": paired,
                             "difference": diff,
                             "ci_low": lo,
                             "ci_high": hi,
                             "n": len(shared),
                         }
                     )
-                for name in BINARY:
+                for name in binary:
                     pairs = [
                         (table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0)
                         for i in items
@@ -261,19 +288,24 @@ def _comparisons(rows: list[dict[str, Any]], resamples: int = 10_000) -> list[di
                                 "p": p,
                             }
                         )
-    for name in BINARY:
+    for name in binary:
         family = [c for c in out if c["measure"] == name and "p" in c]
         for c, adj in zip(family, holm([c["p"] for c in family]), strict=True):
             c["p_holm"] = adj
     return out
 
 
-def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+def markdown(
+    results: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+    measures: Sequence[str] = MEASURES,
+    paired: str = "evidence_verbatim",
+) -> str:
     budgets = sorted({r["budget"] for r in results})
     methods = sorted({r["method"] for r in results})
     value = {(r["method"], r["budget"], r["measure"]): r for r in results}
     lines = []
-    for name in MEASURES:
+    for name in measures:
         lines += [
             f"### {name}",
             "",
@@ -295,7 +327,7 @@ def markdown(results: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
     diffs = [c for c in comparisons if "difference" in c]
     if diffs:
         lines += [
-            "### paired differences in evidence_verbatim (bootstrap 95% CI, points)",
+            f"### paired differences in {paired} (bootstrap 95% CI, points)",
             "",
             "| method | against | budget | difference | CI |",
             "|---|---|---:|---:|---|",

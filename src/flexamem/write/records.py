@@ -26,7 +26,8 @@ MERGED_WORDS = 150
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _NAME = re.compile(r"\b[A-Z][\w'’\-]*(?:\s+[A-Z][\w'’\-]*)*")
 _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d[\d,.:/\-]*\d%?|(?<![\w.])\d%?")
-_IDENT = re.compile(r"\b[A-Za-z]*[_\-]?[A-Za-z]*\d[\w\-]*\b|\b\w+_\w+\b")
+_TOKEN = re.compile(r"[\w\-]+")  # linear-time scan; ids are filtered from these tokens
+ANALYSIS_CHARS = 20_000  # the rule writer reads at most this much of each block (records are short)
 _STEP_HEADER = re.compile(r"^\[step (\d+)\] ([^:]*): ?")
 
 
@@ -124,7 +125,12 @@ def numbers_in(text: str) -> list[str]:
 
 def identifiers_in(text: str) -> list[str]:
     """Ids, codes and snake_case names: the exact strings an agent's next call may need."""
-    return list(dict.fromkeys(m.group(0) for m in _IDENT.finditer(text) if len(m.group(0)) >= 3))
+    found = []
+    for m in _TOKEN.finditer(text):
+        tok = m.group(0).strip("-")
+        if len(tok) >= 3 and (any(ch.isdigit() for ch in tok) or "_" in tok.strip("_")):
+            found.append(tok)
+    return list(dict.fromkeys(found))
 
 
 def keywords_of(text: str, limit: int = 8, skip: Sequence[str] = ()) -> tuple[str, ...]:
@@ -137,7 +143,9 @@ def keywords_of(text: str, limit: int = 8, skip: Sequence[str] = ()) -> tuple[st
 
 
 def _body(text: str, label: str) -> str:
-    """A block's text without its ``Speaker: `` or ``[step N] who: `` header."""
+    """A block's text without its ``Speaker: `` or ``[step N] who: `` header (at most
+    ``ANALYSIS_CHARS`` of it: a 2 MB tool output needs no more to be summarised)."""
+    text = text[: ANALYSIS_CHARS + 200]
     m = _STEP_HEADER.match(text)
     if m:
         return text[m.end() :]
@@ -163,7 +171,7 @@ class RuleWriter:
         else:
             text, tags, description = self._conversation(unit)
             skip = [b.label for b in unit.blocks]
-        bodies = "\n".join(_body(b.text, b.label) for b in unit.blocks)
+        bodies = "\n".join(_body(b.text, b.label) for b in unit.blocks)[: 4 * ANALYSIS_CHARS]
         fields = Fields(keywords=keywords_of(bodies, skip=skip), tags=tags, description=description)
         return Record(text=cut_words(text, self.record_words), fields=fields, writer=self.name)
 
@@ -172,7 +180,8 @@ class RuleWriter:
         speakers = list(dict.fromkeys(b.label for b in unit.blocks))
         header = " and ".join(speakers[:3]) + (f" ({unit.date})" if unit.date else "") + "."
         budget = self.record_words - len(header.split())
-        doc_freq = Counter(content_words(unit.raw))
+        bodies = "\n".join(_body(b.text, b.label) for b in unit.blocks)
+        doc_freq = Counter(content_words(bodies))
         speaker_words = {w.lower() for s in speakers for w in s.split()}
         candidates: list[tuple[float, int, str, str]] = []
         for b in unit.blocks:
@@ -196,7 +205,7 @@ class RuleWriter:
         body = " ".join(f"{speaker}: {sentence}" for _, speaker, sentence in sorted(chosen))
         if not body:  # every turn was a single word
             body = " ".join(b.text for b in unit.blocks)
-        topics = ", ".join(keywords_of(unit.raw, 4, skip=speakers))
+        topics = ", ".join(keywords_of(bodies, 4, skip=speakers))
         description = (
             f"Conversation between {' and '.join(speakers[:3])}"
             + (f" on {unit.date}" if unit.date else "")

@@ -1,0 +1,316 @@
+"""Replaying real agent trajectories through every memory, step by step (no LLM, no live agent).
+
+At call ``t`` the history is steps ``1..t-1``; each method builds the context the agent would have
+seen under the budget, and the measures ask whether it holds what the agent used next (step ``t``):
+
+- ``detail_recall``: the next action's argument values (strings and numbers of 4+ characters) that
+  appeared earlier in the history but not in the fixed prompt nor in the recent window (the B/4
+  window, the same for every method): the share of them present verbatim in the context;
+- ``trace_coverage``: the share of past units represented in the context (raw, excerpt, record or
+  merged record; for the baselines: a unit with a step, an outcome line or a log line shown);
+- ``repeat_visible``: for each call the agent repeats with identical arguments, whether the earlier
+  result is visible verbatim in the context;
+- ``tokens`` (the whole context, chat-counted) and ``latency_ms``.
+
+Steps are measured only where memory is active (the full history would exceed ``floor(0.95 B)``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flexamem.eval.trajectories import Trajectory, TrajStep
+from flexamem.memory import Memory
+from flexamem.render import format as fmt
+from flexamem.render.messages import Message, messages_tokens
+from flexamem.render.renderer import RenderOptions
+from flexamem.write.records import RuleWriter
+from flexamem.write.units import agent_unit
+
+PLACEHOLDER = "[output omitted]"
+KEEP_OUTPUTS = 10
+
+
+@dataclass
+class StepContext:
+    messages: list[Message]
+    tokens: int
+    represented: set[int]  # unit indexes shown in some form
+
+
+def context_text(messages: list[Message]) -> str:
+    parts = []
+    for m in messages:
+        if m.get("content"):
+            parts.append(str(m["content"]))
+        if m.get("tool_calls"):
+            parts.append(json.dumps(m["tool_calls"], ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, bool) or value is None:
+        return
+    else:
+        text = str(value)
+        if len(text) >= 4:
+            yield text
+
+
+class Method:
+    """One memory under replay: fed steps, asked for the context before the next action."""
+
+    def __init__(self, traj: Trajectory, budget: int) -> None:
+        self.session = Memory(":memory:").agent(task=traj.task or "(no task)", budget=budget, system=traj.system)
+        self.traj = traj
+
+    def feed(self, step: TrajStep) -> None:
+        self.session.step(action=step.action, observation=step.observation, messages=step.messages)
+
+    def context(self) -> StepContext:
+        raise NotImplementedError
+
+    # helpers shared by the baselines
+    def unit_of_step(self) -> dict[int, int]:
+        return {i: k for k, unit in enumerate(self.session.units()) for i in unit}
+
+    def fixed(self) -> tuple[list[Message], int, int]:
+        s = self.session
+        fixed = s.fixed_messages()
+        return fixed, messages_tokens(fixed, s.counter), s.mem.ceiling(s.budget)
+
+
+class FlexaMem(Method):
+    def __init__(self, traj: Trajectory, budget: int, mode: str, options: RenderOptions) -> None:
+        super().__init__(traj, budget)
+        self.mode, self.options = mode, options
+
+    def context(self) -> StepContext:
+        ctx = self.session.context(self.options, self.mode)
+        units = len(self.session.units())
+        if ctx.memory is None:
+            shown = set(range(units)) if not ctx.cut else {units - 1}
+        else:
+            shown = {v.seq for v in ctx.memory.shown if v.resolution != "hidden" or v.pieces}
+            shown |= set(ctx.window_units)
+        return StepContext(ctx.messages, ctx.tokens, shown)
+
+
+class Full(Method):
+    def context(self) -> StepContext:
+        fixed, _, _ = self.fixed()
+        msgs = fixed + [m for msgs in self.session._messages for m in msgs]
+        return StepContext(msgs, messages_tokens(msgs, self.session.counter), set(range(len(self.session.units()))))
+
+
+class Truncation(Method):
+    def context(self) -> StepContext:
+        fixed, p, ceiling = self.fixed()
+        s = self.session
+        kept: list[int] = []
+        used = p
+        for k in range(len(s.units()) - 1, -1, -1):
+            size = s._unit_tokens(s.units()[k])
+            if used + size > ceiling:
+                break
+            kept.insert(0, k)
+            used += size
+        msgs = fixed + [m for k in kept for i in s.units()[k] for m in s._messages[i]]
+        return StepContext(msgs, messages_tokens(msgs, s.counter), set(kept))
+
+
+class Masking(Method):
+    """Tool outputs older than the last 10 steps become a placeholder (or, with ``rule_log``, a
+    rule-written outcome line) once the context would exceed the ceiling, more while it still does;
+    then the oldest steps are dropped (with ``rule_log``, into a rule-written log message)."""
+
+    def __init__(self, traj: Trajectory, budget: int, rule_log: bool) -> None:
+        super().__init__(traj, budget)
+        self.rule_log = rule_log
+        self._outcomes: dict[int, str] = {}
+
+    def outcome(self, i: int) -> str:
+        if i not in self._outcomes:
+            step = self.session.steps[i]
+            unit = agent_unit([step], unit_id=f"s{i}")
+            self._outcomes[i] = RuleWriter().write_record(unit).text
+        return self._outcomes[i]
+
+    def _messages(self, masked_before: int, dropped: int) -> list[Message]:
+        s = self.session
+        out: list[Message] = []
+        if self.rule_log and dropped:
+            out.append(
+                {
+                    "role": "user",
+                    "content": "Log of earlier steps:\n" + "\n".join(self.outcome(i) for i in range(dropped)),
+                }
+            )
+        for i in range(dropped, len(s.steps)):
+            for m in s._messages[i]:
+                if i < masked_before and m.get("role") == "tool":
+                    m = {**m, "content": f"[outcome] {self.outcome(i)}" if self.rule_log else PLACEHOLDER}
+                out.append(m)
+        return out
+
+    def context(self) -> StepContext:
+        fixed, _, ceiling = self.fixed()
+        s = self.session
+        n = len(s.steps)
+        unit_of = self.unit_of_step()
+        masked_before, dropped = 0, 0
+        msgs = fixed + self._messages(0, 0)
+        keep = KEEP_OUTPUTS
+        while messages_tokens(msgs, s.counter) > ceiling:
+            if keep > 0 and masked_before < n - keep:
+                masked_before = n - keep
+            elif keep > 1:
+                keep -= 1
+                masked_before = n - keep
+            elif dropped < n - 1:
+                dropped += 1
+            else:
+                break
+            msgs = fixed + self._messages(masked_before, dropped)
+            if self.rule_log and dropped and messages_tokens(msgs, s.counter) > ceiling:
+                continue
+        tokens = messages_tokens(msgs, s.counter)
+        if tokens > ceiling and self.rule_log:  # the log itself is too long: fall back to plain drops
+            msgs = fixed + self._messages(masked_before, dropped)[1:]
+            tokens = messages_tokens(msgs, s.counter)
+        shown = {unit_of[i] for i in range(dropped if not self.rule_log else 0, n)}
+        return StepContext(msgs, tokens, shown)
+
+
+class UnitRetrieval(Method):
+    """Raw units ranked by the best similarity of their 150-token spans to task + newest unit."""
+
+    def __init__(self, traj: Trajectory, budget: int) -> None:
+        super().__init__(traj, budget)
+        self._spans: dict[int, np.ndarray] = {}
+
+    def spans(self, note: Any) -> np.ndarray:
+        """MiniLM vectors of a note's 150-token spans (notes never change: computed once)."""
+        if note.seq not in self._spans:
+            s = self.session
+            offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
+            texts = [
+                note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]] for a in range(0, len(offsets) - 1, 150)
+            ]
+            self._spans[note.seq] = s.mem.embedder.embed(texts)
+        return self._spans[note.seq]
+
+    def context(self) -> StepContext:
+        s = self.session
+        fixed, p, ceiling = self.fixed()
+        units = s.units()
+        first = s.window(units)
+        window = [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+        allowance = ceiling - p - sum(s._unit_tokens(units[k]) for k in range(first, len(units))) - 12
+        notes = s.mem.history.notes[:first]
+        newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
+        v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
+        v = v / max(float(np.linalg.norm(v)), 1e-12)
+        best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
+        chosen, used = [], 0
+        for seq in sorted(range(len(notes)), key=lambda j: (-best[j], j)):
+            size = s.counter.count(fmt.raw_block(notes[seq])) + 1
+            if used + size <= allowance:
+                chosen.append(seq)
+                used += size
+        msgs = list(fixed)
+        if chosen:
+            msgs.append(
+                {
+                    "role": "user",
+                    "content": "Earlier steps:\n" + "\n".join(fmt.raw_block(notes[j]) for j in sorted(chosen)),
+                }
+            )
+        msgs += window
+        return StepContext(msgs, messages_tokens(msgs, s.counter), set(chosen) | set(range(first, len(units))))
+
+
+AGENT_METHODS: dict[str, Callable[[Trajectory, int], Method]] = {
+    "unit-recovery": lambda t, b: FlexaMem(t, b, "units", RenderOptions()),
+    "piece-recovery": lambda t, b: FlexaMem(t, b, "pieces", RenderOptions()),
+    "timeline-only": lambda t, b: FlexaMem(t, b, "units", RenderOptions(recovery=False)),
+    "piece-retrieval": lambda t, b: FlexaMem(t, b, "pieces", RenderOptions(timeline=False)),
+    "unit-retrieval": UnitRetrieval,
+    "truncation": Truncation,
+    "masking": lambda t, b: Masking(t, b, rule_log=False),
+    "masking-rule-log": lambda t, b: Masking(t, b, rule_log=True),
+    "full": Full,
+}
+
+
+def effective_budget(traj: Trajectory, budget: int, part: str, counter: Any) -> int:
+    """``part="history"``: the budget is for the history alone; the fixed prompt is added on top."""
+    if part == "context":
+        return budget
+    fixed = [{"role": "system", "content": traj.system}] if traj.system else []
+    fixed.append({"role": "user", "content": traj.task})
+    return budget + math.ceil(messages_tokens(fixed, counter) / 0.95)
+
+
+def replay(traj: Trajectory, method: str, budget: int) -> Iterator[tuple[int, StepContext | None, Method, float]]:
+    """Yield (t, context before step t or None when memory is off, the method, latency ms)."""
+    m = AGENT_METHODS[method](traj, budget)
+    full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
+    ceiling = m.session.mem.ceiling(budget)
+    for t, step in enumerate(traj.steps):
+        if t > 0 and full_tokens > ceiling:
+            start = time.perf_counter()
+            ctx = m.context()
+            if ctx.tokens > ceiling and not isinstance(m, Full):  # the newest unit alone is too big:
+                cut = m.session._cut_newest(m.session.fixed_messages(), ceiling, 0)  # every method cuts it alike
+                ctx = StepContext(cut.messages, cut.tokens, {len(m.session.units()) - 1})
+            yield t, ctx, m, (time.perf_counter() - start) * 1000
+        elif t > 0:
+            yield t, None, m, 0.0
+        m.feed(step)
+        full_tokens += sum(messages_tokens([x], m.session.counter) - 3 for x in step.messages)
+
+
+def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[str, Any]:
+    s = m.session
+    text = context_text(ctx.messages)
+    fixed_text = context_text(s.fixed_messages())
+    units = s.units()
+    first = s.window(units)
+    window_text = context_text([x for k in range(first, len(units)) for i in units[k] for x in s._messages[i]])
+    earlier = "\n".join(st.action + "\n" + st.observation for st in traj.steps[:t])
+    needed = [
+        v
+        for c in traj.steps[t].calls
+        if isinstance(c.arguments, dict)
+        for v in _leaves(c.arguments)
+        if v in earlier and v not in fixed_text and v not in window_text
+    ]
+    needed = list(dict.fromkeys(needed))
+    repeats: list[bool] = []
+    for c in traj.steps[t].calls:
+        for prev in traj.steps[:t]:
+            if any(pc.signature() == c.signature() for pc in prev.calls):
+                out = "\n".join(prev.outputs).strip()
+                repeats.append(bool(out) and out in text)
+                break
+    return {
+        "detail_recall": (sum(v in text for v in needed) / len(needed)) if needed else None,
+        "trace_coverage": len(ctx.represented & set(range(len(units)))) / max(len(units), 1),
+        "repeat_visible": (sum(repeats) / len(repeats)) if repeats else None,
+        "tokens": ctx.tokens,
+        "within_budget": m.__class__ is Full or ctx.tokens <= s.mem.ceiling(s.budget),
+    }
