@@ -100,12 +100,17 @@ def parse_sample(sample: dict[str, Any]) -> Conversation:
     return Conversation(sample_id=sid, sessions=sessions, questions=questions)
 
 
-def load_locomo(path: str | Path) -> list[Conversation]:
-    """All conversations of a LoCoMo JSON file."""
+def read_json_list(path: str | Path, what: str) -> list[Any]:
+    """A JSON file holding a list, or :class:`InvalidInputError` naming the file and the problem."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"cannot read LoCoMo file {path}: {exc}") from exc
+        raise InvalidInputError(f"cannot read {what} file {path}: {exc}") from exc
     if not isinstance(data, list):
-        raise InvalidInputError(f"{path}: expected a list of samples")
-    return [parse_sample(s) for s in data]
+        raise InvalidInputError(f"{path}: expected a list of {what} items")
+    return data
+
+
+def load_locomo(path: str | Path) -> list[Conversation]:
+    """All conversations of a LoCoMo JSON file."""
+    return [parse_sample(s) for s in read_json_list(path, "LoCoMo")]

@@ -10,13 +10,12 @@ sessions before user turns into spans of at most ~2,000 tokens.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flexamem.errors import InvalidInputError
-from flexamem.eval.conversation_data import CATEGORIES, load_locomo
+from flexamem.eval.conversation_data import CATEGORIES, load_locomo, read_json_list
 from flexamem.eval.conversation_data import Session as LocomoSession
 
 
@@ -109,12 +108,7 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
 
 def longmemeval_histories(path: str | Path) -> list[QAHistory]:
     """LongMemEval ``_s`` / ``_m`` / ``_oracle`` files: each question with its own haystack."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"cannot read LongMemEval file {path}: {exc}") from exc
-    if not isinstance(data, list):
-        raise InvalidInputError(f"{path}: expected a list of questions")
+    data = read_json_list(path, "LongMemEval")
     out = []
     for i, raw in enumerate(data):
         try:
