@@ -176,8 +176,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     budget = effective_budget(traj, args.budget, args.budget_part, counter())
     for t, ctx, m, _ in replay(traj, args.method, budget):
         if t == args.step - 1:
-            messages = ctx.messages if ctx is not None else m.context().messages if hasattr(m, "context") else []
-            if ctx is None:  # memory is off: the history passes through
+            if ctx is not None:
+                messages = ctx.messages
+            else:  # memory is off: the history passes through unchanged
                 messages = m.session.fixed_messages() + [x for msgs in m.session._messages for x in msgs]
             print(f"# {traj.traj_id}: context before step {args.step} ({args.method}, budget {budget})")
             for msg in messages:
