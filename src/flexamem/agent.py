@@ -78,6 +78,9 @@ class AgentSession:
             data = memory.store.get_state(memory.history_id, f"step:{i}")
             self._remember(Step(i + 1, data["action"], data["observation"], data["actor"]), data["messages"])
         self._task_vector: np.ndarray | None = None
+        # session state read once, then kept in memory and written through (no store read per call)
+        self._started = bool(memory.store.get_state(memory.history_id, "memory_started"))
+        self._spans: list[list[int]] = memory.store.get_state(memory.history_id, "timeline") or []
 
     @classmethod
     def open(
@@ -195,7 +198,7 @@ class AgentSession:
             raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
         units = self.units()
         history = [m for msgs in self._messages for m in msgs]
-        started = bool(self.mem.store.get_state(self.mem.history_id, "memory_started"))
+        started = self._started
         if not started and p + sum(self._msg_tokens) <= ceiling:
             return AgentContext(
                 fixed + history,
@@ -206,6 +209,7 @@ class AgentSession:
             )
         if not started:
             self.mem.store.set_state(self.mem.history_id, "memory_started", True)
+            self._started = True
         first = self.window(units)
         window = [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]]
         w = sum(self._unit_tokens(units[k]) for k in range(first, len(units)))
@@ -239,7 +243,7 @@ class AgentSession:
             excerpt_terms=query_terms(newest),
             vector=vector,
         )
-        spans = mem.store.get_state(hid, "timeline") or []
+        spans = self._spans
         renderer = mem.renderer
         base = renderer.timeline.restore([tuple(s) for s in spans], n)
         rendering = renderer.render(
@@ -254,6 +258,7 @@ class AgentSession:
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
         if merged != spans and options.timeline:
             mem.store.set_state(hid, "timeline", merged)
+            self._spans = merged
         return rendering
 
     def _cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:

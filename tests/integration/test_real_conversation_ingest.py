@@ -9,14 +9,17 @@ from flexamem.eval.conversation_data import load_locomo
 
 from ..conftest import data_root
 
-pytestmark = pytest.mark.integration
 LOCOMO = data_root() / "locomo" / "locomo-dev.json"
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not LOCOMO.exists(), reason=f"LoCoMo development file not found at {LOCOMO} (set FLEXAMEM_DATA)"
+    ),
+]
 
 
 @pytest.fixture(scope="module")
 def conversation():  # type: ignore[no-untyped-def]
-    if not LOCOMO.exists():
-        pytest.skip(f"LoCoMo development file not found at {LOCOMO} (set FLEXAMEM_DATA)")
     return load_locomo(LOCOMO)[0]
 
 

@@ -76,7 +76,7 @@ def _fit(ctx: MethodContext, order: list[int], allowance: int) -> list[int]:
     counter, notes = ctx.mem.counter, ctx.mem.history.notes
     chosen, used = [], 0
     for seq in order:
-        size = counter.count(fmt.raw_block(notes[seq]).split("\n", 1)[0]) + 1 + notes[seq].raw_tokens + 1
+        size = counter.count(fmt.raw_header(notes[seq])) + 1 + notes[seq].raw_tokens + 1
         if used + size <= allowance:
             chosen.append(seq)
             used += size

@@ -227,7 +227,7 @@ class UnitRetrieval(Method):
         best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
         chosen, used = [], 0
         for seq in sorted(range(len(notes)), key=lambda j: (-best[j], j)):
-            size = s.counter.count(fmt.raw_block(notes[seq])) + 1
+            size = s.counter.count(fmt.raw_header(notes[seq])) + 2 + notes[seq].raw_tokens
             if used + size <= allowance:
                 chosen.append(seq)
                 used += size

@@ -81,16 +81,16 @@ class Recovery:
         self.excerpt_query = list(excerpt_query)
         self.excerpt_tokens = excerpt_tokens
         self.record_tokens = record_tokens  # tokens of note seq's timeline line
-        self._raw: dict[int, int] = {}
         self._excerpts: dict[int, tuple[str, int, tuple[int, ...]]] = {}
 
     def raw_tokens(self, seq: int) -> int:
         """Tokens of the raw block (header + raw text), from the counts cached at write time."""
-        if seq not in self._raw:
+        key = ("raw-block", seq)
+        cache = self.history.token_cache
+        if key not in cache:  # notes never change: the header is counted once per history
             note = self.history.notes[seq]
-            header = fmt.raw_block(note).split("\n", 1)[0]
-            self._raw[seq] = self.counter.count(header) + 1 + note.raw_tokens
-        return self._raw[seq]
+            cache[key] = self.counter.count(fmt.raw_header(note)) + 1 + note.raw_tokens
+        return cache[key]
 
     def excerpt(self, seq: int) -> tuple[str, int, tuple[int, ...]]:
         """The record plus the unit's best BM25 pieces within E tokens, in original order.

@@ -42,8 +42,12 @@ def merged_line(first: Note, last: Note, text: str) -> str:
     return f"[u{first.seq + 1}-u{last.seq + 1} · {span_when(first, last)} · merged] {text}"
 
 
+def raw_header(note: Note) -> str:
+    return f"[u{note.seq + 1} · {when(note)} · raw]"
+
+
 def raw_block(note: Note) -> str:
-    return f"[u{note.seq + 1} · {when(note)} · raw]\n{note.raw}"
+    return f"{raw_header(note)}\n{note.raw}"
 
 
 def piece_line(piece: Piece) -> str:
