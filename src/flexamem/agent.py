@@ -22,6 +22,7 @@ prompt alone cannot fit, :class:`BudgetError` is raised. The context never excee
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexamem.errors import BudgetError, InvalidInputError
-from flexamem.notes import Step
+from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import Message, message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions
 from flexamem.render.result import Rendering
@@ -111,6 +112,26 @@ class AgentSession:
         is in the recent window; by default an assistant message with the action and a user message
         with the observation.
         """
+        number = self._record(action, observation, actor, messages)
+        drafts = self._left_drafts()
+        if drafts:
+            self.mem._write(drafts, self.mem.history)
+        return number
+
+    async def astep(
+        self, action: str, observation: str = "", *, actor: str = "assistant", messages: Sequence[Message] | None = None
+    ) -> int:
+        """The async twin of :meth:`step`: the same notes, records written by awaited model calls.
+        Await each step before the next (steps are ordered)."""
+        number = self._record(action, observation, actor, messages)
+        drafts = self._left_drafts()
+        if drafts:
+            records = await self.mem.awrite_records(drafts)
+            await asyncio.to_thread(self.mem._write, drafts, self.mem.history, records)
+        return number
+
+    def _record(self, action: str, observation: str, actor: str, messages: Sequence[Message] | None) -> int:
+        """Validate and persist the step itself (session state), before any unit is written."""
         action = clean_text(action, "action")
         observation = clean_text(observation, "observation", allow_empty=True)
         step = Step(len(self.steps) + 1, action, observation, clean_text(actor, "actor").strip())
@@ -135,8 +156,11 @@ class AgentSession:
         )
         store.set_state(hid, "steps", len(self.steps) + 1)
         self._remember(step, msgs)
-        self._write_left_units()
         return step.number
+
+    async def acontext(self, options: RenderOptions | None = None, mode: str = "units") -> AgentContext:
+        """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
+        return await asyncio.to_thread(self.context, options, mode)
 
     def _remember(self, step: Step, msgs: list[Message]) -> None:
         self.steps.append(step)
@@ -161,16 +185,15 @@ class AgentSession:
             first = k
         return first
 
-    def _write_left_units(self) -> None:
+    def _left_drafts(self) -> list[UnitDraft]:
+        """Units that have left the recent window and are not written yet (in order)."""
         units = self.units()
         first = self.window(units)
         written = len(self.mem.history)
-        drafts = [
+        return [
             agent_unit([self.steps[i] for i in units[k]], unit_id=f"u{k + 1}", session_id=self.session_id)
             for k in range(written, first)
         ]
-        if drafts:
-            self.mem._write(drafts, self.mem.history)
 
     # -- context ---------------------------------------------------------------------------------------
     def fixed_messages(self) -> list[Message]:

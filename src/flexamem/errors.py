@@ -41,3 +41,11 @@ class ModelUnavailableError(FlexaMemError):
 
 class BudgetError(InvalidInputError):
     """The budget leaves no room: the fixed prompt alone reaches the ceiling ``floor(0.95 * B)``."""
+
+
+class LLMError(FlexaMemError):
+    """A model call failed for good: retries spent, a refused request (401, 400), or no endpoint."""
+
+
+class LLMOutputError(LLMError):
+    """The model answered, but not in the required form (strict JSON), even after one repair."""

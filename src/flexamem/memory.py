@@ -13,6 +13,7 @@ in-memory view rendering reads).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +25,7 @@ import numpy as np
 from flexamem.config import Settings
 from flexamem.errors import BudgetError, DuplicateUnitError, InvalidInputError
 from flexamem.history import History
-from flexamem.notes import Note, Turn, UnitDraft
+from flexamem.notes import Note, Record, Turn, UnitDraft
 from flexamem.render.renderer import Query, Renderer, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Timeline
@@ -33,7 +34,7 @@ from flexamem.store.sqlite import SQLiteStore
 from flexamem.text import query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder, default_embedder
-from flexamem.write.records import RecordWriter, RuleWriter
+from flexamem.write.records import AsyncRecordWriter, Progress, RecordWriter, RuleWriter
 from flexamem.write.units import clean_text, cut_session, parse_turns
 from flexamem.write.writer import NoteWriter
 
@@ -124,37 +125,103 @@ class Memory:
         LoCoMo ``dia_id``) and ``"role"`` (sessions are cut before ``"user"`` turns). All units of
         the session land in one transaction, or none do.
         """
-        parsed = parse_turns(turns)
         with self._lock:
-            history = self.history
-            sid = clean_text(session_id, "session_id") if session_id is not None else f"s{self._session_count() + 1}"
-            clean_date = clean_text(date, "date").strip() if date is not None else None
-            drafts = cut_session(
-                parsed,
-                self.counter,
-                session_id=sid,
-                date=clean_date,
-                max_unit_tokens=self.settings.max_unit_tokens,
-                one_unit=self.settings.one_unit_per_session,
-            )
-            return self._write(drafts, history)
+            drafts = self._drafts(turns, session_id, date)
+            return self._write(drafts, self.history)
+
+    def add_sessions(
+        self, sessions: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
+    ) -> list[list[str]]:
+        """Write many sessions (``{"turns": [...], "session_id"?, "date"?}``) at once.
+
+        Every session is validated before anything is written; then the records of all their units
+        are written as one batch (in parallel by an LLM writer, with ``progress(done, total)``), and
+        each session is stored in its own transaction, in order. Returns each session's unit ids.
+        """
+        with self._lock:
+            batches: list[list[UnitDraft]] = []
+            seen = set(self.history.unit_ids)
+            for i, session in enumerate(sessions):
+                if not isinstance(session, Mapping) or "turns" not in session:
+                    raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
+                sid = session.get("session_id") or f"s{self._session_count() + len(batches) + 1}"
+                drafts = self._drafts(session["turns"], sid, session.get("date"))
+                for d in drafts:
+                    if d.unit_id in seen:
+                        raise DuplicateUnitError(f"session {i}: unit {d.unit_id!r} is already written")
+                    seen.add(d.unit_id)
+                batches.append(drafts)
+            records = self.writer.write_records([d for b in batches for d in b], progress)
+            out, start = [], 0
+            for drafts in batches:
+                out.append(self._write(drafts, self.history, records[start : start + len(drafts)]))
+                start += len(drafts)
+            return out
+
+    async def aadd_session(
+        self,
+        turns: Iterable[Mapping[str, Any] | Turn],
+        *,
+        session_id: str | None = None,
+        date: str | None = None,
+    ) -> list[str]:
+        """The async twin of :meth:`add_session`: the same notes, with records written by
+        ``await``-ed model calls (no thread held while the model thinks). Give distinct ``session_id``s
+        when adding sessions concurrently."""
+        with self._lock:
+            drafts = self._drafts(turns, session_id, date)
+        records = await self.awrite_records(drafts)
+        return await asyncio.to_thread(self._write, drafts, self.history, records)
+
+    async def awrite_records(self, drafts: Sequence[UnitDraft]) -> list[Record]:
+        if isinstance(self.writer, AsyncRecordWriter):
+            return await self.writer.awrite_records(drafts)
+        return await asyncio.to_thread(self.writer.write_records, drafts)
+
+    def _drafts(
+        self, turns: Iterable[Mapping[str, Any] | Turn], session_id: str | None, date: str | None
+    ) -> list[UnitDraft]:
+        parsed = parse_turns(turns)
+        sid = clean_text(session_id, "session_id") if session_id is not None else f"s{self._session_count() + 1}"
+        clean_date = clean_text(date, "date").strip() if date is not None else None
+        return cut_session(
+            parsed,
+            self.counter,
+            session_id=sid,
+            date=clean_date,
+            max_unit_tokens=self.settings.max_unit_tokens,
+            one_unit=self.settings.one_unit_per_session,
+        )
 
     def _session_count(self) -> int:
         return len({n.session_id for n in self.history.notes})
 
-    def _write(self, drafts: list[UnitDraft], history: History) -> list[str]:
-        seen = set(history.unit_ids)
-        for d in drafts:
-            if d.unit_id in seen:
-                raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
-            seen.add(d.unit_id)
-        self.store.ensure_history(self.history_id, drafts[0].kind if drafts else "conversation")
-        notes, links = NoteWriter(self.writer, self.embedder, self.counter, self.settings).write(
-            drafts, len(history), history.embeddings
-        )
-        self.store.append_notes(self.history_id, notes, links)
-        history.extend(notes, links)
-        return [n.unit_id for n in notes]
+    def _write(self, drafts: list[UnitDraft], history: History, records: Sequence[Record] | None = None) -> list[str]:
+        with self._lock:
+            seen = set(history.unit_ids)
+            for d in drafts:
+                if d.unit_id in seen:
+                    raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
+                seen.add(d.unit_id)
+            self.store.ensure_history(self.history_id, drafts[0].kind if drafts else "conversation")
+            notes, links, calls = NoteWriter(self.writer, self.embedder, self.counter, self.settings).write(
+                drafts, len(history), history.embeddings, records
+            )
+            self.store.append_notes(self.history_id, notes, links, calls)
+            history.extend(notes, links)
+            return [n.unit_id for n in notes]
+
+    def llm_usage(self) -> dict[str, int]:
+        """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache."""
+        out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_calls": 0}
+        for c in self.store.llm_calls(self.history_id):
+            if c.cached:
+                out["cached_calls"] += 1
+                continue
+            out["calls"] += 1
+            out["prompt_tokens"] += c.prompt_tokens
+            out["completion_tokens"] += c.completion_tokens
+        return out
 
     # -- reading -----------------------------------------------------------------------------------
     def notes(self) -> list[Note]:
@@ -201,6 +268,10 @@ class Memory:
         )
         with self._lock:
             return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
+
+    async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:
+        """The async twin of :meth:`render` (run in a worker thread: rendering is CPU work)."""
+        return await asyncio.to_thread(self.render, query, budget, **kwargs)
 
     def agent(
         self,

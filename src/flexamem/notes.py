@@ -102,13 +102,31 @@ class Fields:
 
 
 @dataclass(frozen=True)
+class LLMCall:
+    """One memory call to a model, for accounting (paper Table 14)."""
+
+    purpose: str  # "record" | "repair" | "merge" | "reader" | "judge"
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    seq: int | None = None  # the note it was for (records), or the merged span's last note (merges)
+    cached: bool = False  # served from the response cache: nothing spent
+
+
+@dataclass(frozen=True)
 class Record:
-    """What a :class:`~flexamem.write.records.RecordWriter` returns for one unit."""
+    """What a :class:`~flexamem.write.records.RecordWriter` returns for one unit (or one merge).
+
+    ``calls`` are the model calls that produced it (none for the rule writer); they are stored with
+    the note, in the same transaction, for accounting.
+    """
 
     text: str
     fields: Fields
     writer: str  # e.g. "rule" or "llm:qwen2.5"; kept with the note
     flagged: bool = False  # True when the preferred writer failed and a fallback wrote it
+    flag_reason: str | None = None  # why the preferred writer failed
+    calls: tuple[LLMCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,7 @@ class Note:
     steps: tuple[int, int] | None = None
     writer: str = "rule"
     flagged: bool = False
+    flag_reason: str | None = None
 
     @property
     def turn_ids(self) -> tuple[str, ...]:

@@ -57,7 +57,7 @@ def test_agent_record_keeps_calls_arguments_and_results() -> None:
 
 def test_merge_keeps_names_and_numbers_within_150_words() -> None:
     records = [r.text for r in RuleWriter().write_records(demo_units())]
-    merged = RuleWriter().merge_records(records * 2)
+    merged = RuleWriter().merge_records(records * 2).text
     assert len(merged.split()) <= 150
     for exact in ("TP1351", "4417"):
         assert exact in merged

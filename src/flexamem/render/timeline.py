@@ -9,6 +9,7 @@ once (the only store write a render may make) and cached.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,9 +83,12 @@ class Timeline:
         stored = self._stored.get(key)
         if stored is None:
             texts = [self._text_of(e) for e in group]
-            text = self.writer.merge_records(texts)
-            stored = MergedRecord(first, last, level, text, self.counter.count(text), self.writer.name)
-            self.store.put_merged(self.history_id, stored)
+            written = self.writer.merge_records(texts)
+            stored = MergedRecord(
+                first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
+            )
+            calls = [dataclasses.replace(c, seq=last) for c in written.calls]
+            self.store.put_merged(self.history_id, stored, calls)
             self._stored[key] = stored
             self.merges_written += 1
         notes = self.history.notes

@@ -14,7 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from flexamem.notes import Note
+from flexamem.notes import LLMCall, Note
+
+__all__ = ["LLMCall", "MergedRecord", "Store"]
 
 
 @dataclass(frozen=True)
@@ -27,18 +29,7 @@ class MergedRecord:
     text: str
     tokens: int
     writer: str
-
-
-@dataclass(frozen=True)
-class LLMCall:
-    """One memory call to a model, for accounting (paper Table 14)."""
-
-    purpose: str  # "record" | "merge" | "reader" | "judge"
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    seq: int | None = None
-    cached: bool = False
+    flagged: bool = False  # the preferred writer failed; a fallback wrote it
 
 
 @runtime_checkable
@@ -53,16 +44,23 @@ class Store(Protocol):
         """(id, kind) of every history, oldest first."""
         ...
 
-    def append_notes(self, history: str, notes: Sequence[Note], links: Sequence[tuple[int, int]]) -> None:
-        """Add notes and their links in one transaction; a duplicate unit id raises and adds nothing."""
+    def append_notes(
+        self,
+        history: str,
+        notes: Sequence[Note],
+        links: Sequence[tuple[int, int]],
+        calls: Sequence[LLMCall] = (),
+    ) -> None:
+        """Add notes, their links and the model calls that wrote them in one transaction; a duplicate
+        unit id raises and adds nothing."""
         ...
 
     def load_notes(self, history: str) -> list[Note]:
         """All notes of a history in time order, with their links."""
         ...
 
-    def put_merged(self, history: str, merged: MergedRecord) -> None:
-        """Cache a merged record; writing the same span twice keeps the first."""
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> None:
+        """Cache a merged record (and account its model calls); writing the same span twice keeps the first."""
         ...
 
     def load_merged(self, history: str) -> list[MergedRecord]: ...

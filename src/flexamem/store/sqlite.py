@@ -20,66 +20,7 @@ import numpy as np
 from flexamem.errors import DuplicateUnitError, ReadOnlyStoreError, StoreClosedError, StoreError, WriteOnceError
 from flexamem.notes import Block, Fields, Note, Piece
 from flexamem.store.base import LLMCall, MergedRecord
-
-_IMMUTABLE = ("notes", "pieces", "links", "merged")
-
-MIGRATIONS: list[str] = [
-    # 1: the write-once store
-    """
-    CREATE TABLE histories (
-        id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at REAL NOT NULL
-    );
-    CREATE TABLE notes (
-        history_id TEXT NOT NULL REFERENCES histories(id), seq INTEGER NOT NULL,
-        unit_id TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT, date TEXT,
-        step_first INTEGER, step_last INTEGER,
-        raw TEXT NOT NULL, raw_tokens INTEGER NOT NULL,
-        record TEXT NOT NULL, record_tokens INTEGER NOT NULL,
-        fields TEXT NOT NULL, fields_tokens INTEGER NOT NULL,
-        embedding BLOB NOT NULL, blocks TEXT NOT NULL,
-        writer TEXT NOT NULL, flagged INTEGER NOT NULL, created_at REAL NOT NULL,
-        PRIMARY KEY (history_id, seq), UNIQUE (history_id, unit_id)
-    );
-    CREATE TABLE pieces (
-        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
-        start INTEGER NOT NULL, "end" INTEGER NOT NULL, tokens INTEGER NOT NULL,
-        label TEXT, label_tokens INTEGER NOT NULL, block INTEGER NOT NULL, source_id TEXT,
-        PRIMARY KEY (history_id, seq, idx)
-    );
-    CREATE TABLE links (
-        history_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL,
-        PRIMARY KEY (history_id, src, dst)
-    );
-    CREATE TABLE merged (
-        history_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
-        level INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, writer TEXT NOT NULL,
-        created_at REAL NOT NULL, PRIMARY KEY (history_id, first_seq, last_seq, level)
-    );
-    CREATE TABLE piece_vectors (
-        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, vector BLOB NOT NULL,
-        PRIMARY KEY (history_id, seq, idx)
-    );
-    CREATE TABLE llm_calls (
-        id INTEGER PRIMARY KEY, history_id TEXT NOT NULL, seq INTEGER, purpose TEXT NOT NULL,
-        model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-        cached INTEGER NOT NULL, created_at REAL NOT NULL
-    );
-    CREATE TABLE state (
-        history_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-        PRIMARY KEY (history_id, key)
-    );
-    """
-    + "".join(
-        f"""
-    CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
-        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
-    CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
-        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
-    """
-        for t in _IMMUTABLE
-    ),
-]
-SCHEMA_VERSION = len(MIGRATIONS)
+from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def _blocks_json(blocks: Sequence[Block]) -> str:
@@ -193,13 +134,19 @@ class SQLiteStore:
         return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
 
     # -- notes -------------------------------------------------------------------------------------
-    def append_notes(self, history: str, notes: Sequence[Note], links: Sequence[tuple[int, int]]) -> None:
+    def append_notes(
+        self,
+        history: str,
+        notes: Sequence[Note],
+        links: Sequence[tuple[int, int]],
+        calls: Sequence[LLMCall] = (),
+    ) -> None:
         now = time.time()
         with self._write() as db:
             for n in notes:
                 try:
                     db.execute(
-                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             history,
                             n.seq,
@@ -220,6 +167,7 @@ class SQLiteStore:
                             n.writer,
                             int(n.flagged),
                             now,
+                            n.flag_reason,
                         ),
                     )
                 except sqlite3.IntegrityError as exc:
@@ -245,11 +193,12 @@ class SQLiteStore:
                     ],
                 )
             db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
+            _insert_calls(db, history, calls)
 
     def load_notes(self, history: str) -> list[Note]:
         rows = self._read(
             "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
-            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged"
+            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
             " FROM notes WHERE history_id = ? ORDER BY seq",
             (history,),
         )
@@ -285,6 +234,7 @@ class SQLiteStore:
                     blocks=_blocks_from(raw, r[14]),
                     writer=r[15],
                     flagged=bool(r[16]),
+                    flag_reason=r[17],
                     links=tuple(links.get(seq, ())),
                     pieces=tuple(
                         Piece(
@@ -305,10 +255,11 @@ class SQLiteStore:
         return notes
 
     # -- caches and accounting ---------------------------------------------------------------------
-    def put_merged(self, history: str, merged: MergedRecord) -> None:
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> None:
         with self._write() as db:
+            _insert_calls(db, history, calls)
             db.execute(
-                "INSERT OR IGNORE INTO merged VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR IGNORE INTO merged VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     history,
                     merged.first,
@@ -318,14 +269,15 @@ class SQLiteStore:
                     merged.tokens,
                     merged.writer,
                     time.time(),
+                    int(merged.flagged),
                 ),
             )
 
     def load_merged(self, history: str) -> list[MergedRecord]:
         return [
-            MergedRecord(*r)
+            MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
             for r in self._read(
-                "SELECT first_seq, last_seq, level, text, tokens, writer FROM merged WHERE history_id = ?"
+                "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged WHERE history_id = ?"
                 " ORDER BY first_seq, level",
                 (history,),
             )
@@ -344,20 +296,7 @@ class SQLiteStore:
 
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as db:
-            db.execute(
-                "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens,"
-                " cached, created_at) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    history,
-                    call.seq,
-                    call.purpose,
-                    call.model,
-                    call.prompt_tokens,
-                    call.completion_tokens,
-                    int(call.cached),
-                    time.time(),
-                ),
-            )
+            _insert_calls(db, history, [call])
 
     def llm_calls(self, history: str) -> list[LLMCall]:
         rows = self._read(
@@ -374,6 +313,15 @@ class SQLiteStore:
     def get_state(self, history: str, key: str) -> Any:
         rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))
         return json.loads(rows[0][0]) if rows else None
+
+
+def _insert_calls(db: sqlite3.Connection, history: str, calls: Sequence[LLMCall]) -> None:
+    now = time.time()
+    db.executemany(
+        "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        [(history, c.seq, c.purpose, c.model, c.prompt_tokens, c.completion_tokens, int(c.cached), now) for c in calls],
+    )
 
 
 def _split_sql(script: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from flexamem.notes import Fields, Record, UnitDraft
@@ -29,6 +29,7 @@ _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d[\d,.:/\-]*\d%?|(?<![\w.])\d%?")
 _TOKEN = re.compile(r"[\w\-]+")  # linear-time scan; ids are filtered from these tokens
 ANALYSIS_CHARS = 20_000  # the rule writer reads at most this much of each block (records are short)
 _STEP_HEADER = re.compile(r"^\[step (\d+)\] ([^:]*): ?")
+Progress = Callable[[int, int], None]  # (units done, units in all)
 
 
 @runtime_checkable
@@ -36,15 +37,25 @@ class RecordWriter(Protocol):
     """Writes records and fields for units, and merged records for runs of records.
 
     Implementations may batch or parallelise inside ``write_records``; it returns one record per unit,
-    in order. An LLM writer that fails for a unit should fall back to the rule writer and set
-    ``Record.flagged`` so nothing is lost.
+    in order, and calls ``progress(done, total)`` as units finish. A writer that fails for a unit must
+    not raise: it falls back to the rule writer and sets ``Record.flagged``, so nothing is lost.
+    ``merge_records`` returns the merged text as a :class:`Record` with empty fields.
     """
 
     name: str
 
-    def write_records(self, units: Sequence[UnitDraft]) -> list[Record]: ...
+    def write_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]: ...
 
-    def merge_records(self, records: Sequence[str]) -> str: ...
+    def merge_records(self, records: Sequence[str]) -> Record: ...
+
+
+@runtime_checkable
+class AsyncRecordWriter(RecordWriter, Protocol):
+    """A writer with async twins (the LLM writer); others are run in a worker thread."""
+
+    async def awrite_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]: ...
+
+    async def amerge_records(self, records: Sequence[str]) -> Record: ...
 
 
 # Words too common in chat to describe a unit (kept out of keywords only; BM25 keeps them).
@@ -161,8 +172,13 @@ class RuleWriter:
         self.record_words = record_words
         self.merged_words = merged_words
 
-    def write_records(self, units: Sequence[UnitDraft]) -> list[Record]:
-        return [self.write_record(u) for u in units]
+    def write_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]:
+        out = []
+        for u in units:
+            out.append(self.write_record(u))
+            if progress is not None:
+                progress(len(out), len(units))
+        return out
 
     def write_record(self, unit: UnitDraft) -> Record:
         if unit.kind == "agent":
@@ -236,7 +252,10 @@ class RuleWriter:
         return "; ".join(lines), tuple(["agent", *tools[:4]]), description
 
     # -- merged records ----------------------------------------------------------------------------
-    def merge_records(self, records: Sequence[str]) -> str:
+    def merge_records(self, records: Sequence[str]) -> Record:
+        return Record(self.merge_text(records), Fields(), self.name)
+
+    def merge_text(self, records: Sequence[str]) -> str:
         """Keep the first half of each record (at least 8 words, at most an equal share of 120), then
         list the names and numbers the cut lost, all within the merged-record word limit."""
         if not records:

@@ -6,12 +6,13 @@ follows is one short transaction and a failure anywhere leaves the store unchang
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.notes import Note, UnitDraft
+from flexamem.notes import LLMCall, Note, Record, UnitDraft
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
 from flexamem.write.pieces import cut_pieces
@@ -42,12 +43,18 @@ class NoteWriter:
         self.settings = settings
 
     def write(
-        self, drafts: Sequence[UnitDraft], start_seq: int, earlier: np.ndarray
-    ) -> tuple[list[Note], list[tuple[int, int]]]:
-        """Notes for ``drafts`` and the new link edges (both directions)."""
+        self,
+        drafts: Sequence[UnitDraft],
+        start_seq: int,
+        earlier: np.ndarray,
+        records: Sequence[Record] | None = None,
+    ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
+        """Notes for ``drafts``, the new link edges (both directions) and the model calls that wrote
+        the records. ``records`` skips the writer (the async path writes them first)."""
         if not drafts:
-            return [], []
-        records = self.writer.write_records(drafts)
+            return [], [], []
+        if records is None:
+            records = self.writer.write_records(drafts)
         if len(records) != len(drafts):
             raise RuntimeError(
                 f"record writer {self.writer.name} returned {len(records)} records for {len(drafts)} units"
@@ -58,6 +65,7 @@ class NoteWriter:
         n = len(drafts)
         notes: list[Note] = []
         links: list[tuple[int, int]] = []
+        calls: list[LLMCall] = []
         matrix = earlier
         for i, (draft, record) in enumerate(zip(drafts, records, strict=True)):
             seq = start_seq + i
@@ -83,7 +91,9 @@ class NoteWriter:
                     steps=draft.steps,
                     writer=record.writer,
                     flagged=record.flagged,
+                    flag_reason=record.flag_reason,
                 )
             )
+            calls += [dataclasses.replace(c, seq=seq) for c in record.calls]
             matrix = np.vstack([matrix, vectors[i : i + 1]])
-        return notes, links
+        return notes, links, calls

@@ -1,0 +1,319 @@
+"""The ``ChatModel`` seam and its one implementation: any OpenAI-compatible chat endpoint.
+
+Why a thin ``httpx`` client and not the ``openai`` package: the writer needs its own retry policy
+(exponential backoff with jitter, ``Retry-After`` honoured, no hidden second layer of retries), a
+concurrency limit shared by threads, a response cache and token accounting around every call; with
+``openai`` we would switch most of its machinery off and still carry its weight. ``/chat/completions``
+is a small, stable protocol (hosted APIs, vLLM, llama.cpp's server, Ollama all speak it).
+
+A call either returns a :class:`Completion` or raises :class:`~flexamem.errors.LLMError`; it never
+returns a half answer. Retried: connection errors, timeouts, cut connections, 408/429/5xx and
+bodies that are not the protocol's JSON. Not retried: other 4xx (a wrong key or model stays wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from flexamem.errors import InvalidInputError, LLMError
+from flexamem.llm.cache import ResponseCache, request_key
+from flexamem.tokens import counter
+
+if TYPE_CHECKING:
+    import httpx
+
+Message = dict[str, str]
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answer. Token counts come from the endpoint's ``usage`` (or are counted with o200k)."""
+
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool = False  # True when served from the response cache (nothing spent)
+    attempts: int = 1
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """What the LLM writer and the evaluation reader/judge need from a model."""
+
+    name: str  # how notes name their writer, e.g. "llm:qwen2.5"
+
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False
+    ) -> Completion: ...
+
+    async def acomplete(
+        self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False
+    ) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter: attempt ``k`` waits ``d/2 + uniform(0, d/2)`` with
+    ``d = min(max_delay, base_delay * 2**k)``; a server's ``Retry-After`` is honoured up to ``max_delay``."""
+
+    max_retries: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay)
+        d = min(self.max_delay, self.base_delay * (2.0**attempt))
+        return d / 2 + random.uniform(0, d / 2)
+
+
+class _Retry(Exception):
+    """A transient failure of one attempt."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class OpenAICompatible:
+    """A chat model behind ``{base_url}/chat/completions``.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8080/v1`` (llama.cpp) or a hosted API's ``/v1``.
+        model: the model name the endpoint expects.
+        api_key: sent as a bearer token; never printed (``repr`` masks it).
+        timeout: seconds to wait for an answer (connecting has its own 10 s).
+        retry: the backoff policy for transient failures.
+        concurrency: at most this many calls in flight, across threads (and per event loop).
+        cache: a :class:`ResponseCache` or a path for one; ``None`` disables caching.
+        temperature: 0 by default, so a cached answer is the answer.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 120.0,
+        retry: RetryPolicy | None = None,
+        concurrency: int = 4,
+        cache: ResponseCache | str | Path | None = None,
+        temperature: float = 0.0,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise InvalidInputError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidInputError("model name is empty")
+        if concurrency < 1:
+            raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"llm:{model}"
+        self._api_key = api_key or None
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.concurrency = concurrency
+        self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
+        self.temperature = temperature
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]]
+        self._async = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, api_key=<{key}>)"
+
+    # -- the request ---------------------------------------------------------------------------------
+    def _payload(self, messages: Sequence[Message], max_tokens: int, json_mode: bool) -> dict[str, Any]:
+        if not messages:
+            raise InvalidInputError("no messages to send")
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        if json_mode:
+            payload["response_format"] = {"type": "json_object"}
+        return payload
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _timeout(self) -> httpx.Timeout:
+        import httpx
+
+        return httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))
+
+    def _from_cache(self, key: str) -> Completion | None:
+        if self.cache is None:
+            return None
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        return Completion(hit[0], self.model, hit[1], hit[2], cached=True, attempts=0)
+
+    def _parse(self, response: httpx.Response, payload: dict[str, Any], attempts: int) -> Completion:
+        """A completion from a 200 response; ``_Retry`` for retryable failures, ``LLMError`` otherwise."""
+        status = response.status_code
+        if status in RETRY_STATUS or status >= 500:
+            raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("retry-after")))
+        if status >= 400:
+            raise LLMError(f"{self.base_url} refused the request: HTTP {status}: {_short(response.text)}")
+        try:
+            body = response.json()
+            text = body["choices"][0]["message"]["content"]
+            if not isinstance(text, str):
+                raise TypeError("content is not a string")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retry(f"malformed response body ({exc}): {_short(response.text)}") from None
+        usage = body.get("usage") or {}
+        tok = counter()
+        prompt_tokens = usage.get("prompt_tokens")
+        if not isinstance(prompt_tokens, int):
+            prompt_tokens = sum(tok.count(m["content"]) + 4 for m in payload["messages"]) + 3
+        completion_tokens = usage.get("completion_tokens")
+        if not isinstance(completion_tokens, int):
+            completion_tokens = tok.count(text)
+        return Completion(text, self.model, prompt_tokens, completion_tokens, attempts=attempts)
+
+    def _give_up(self, reason: str, attempts: int) -> LLMError:
+        return LLMError(f"model {self.model!r} at {self.base_url} failed after {attempts} attempts: {reason}")
+
+    # -- sync ----------------------------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        with self._client_lock:
+            if self._client is None:
+                import httpx
+
+                limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+                self._client = httpx.Client(timeout=self._timeout(), limits=limits)
+            return self._client
+
+    def complete(self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False) -> Completion:
+        """One chat completion, retried on transient failures, served from the cache when it can."""
+        import httpx
+
+        payload = self._payload(messages, max_tokens, json_mode)
+        key = request_key(payload)
+        cached = self._from_cache(key)
+        if cached is not None:
+            return cached
+        reason = ""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                with self._slots:
+                    response = self._http().post(
+                        f"{self.base_url}/chat/completions", json=payload, headers=self._headers()
+                    )
+                result = self._parse(response, payload, attempt + 1)
+            except _Retry as exc:
+                reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
+            except httpx.HTTPError as exc:  # connection refused, timeouts, cut connections
+                reason, wait = f"{type(exc).__name__}: {exc}", self.retry.delay(attempt)
+            else:
+                self._store(key, result)
+                return result
+            if attempt < self.retry.max_retries:
+                time.sleep(wait)
+        raise self._give_up(reason, self.retry.max_retries + 1)
+
+    def _store(self, key: str, result: Completion) -> None:
+        if self.cache is not None:
+            self.cache.put(key, self.model, result.text, result.prompt_tokens, result.completion_tokens)
+
+    # -- async ---------------------------------------------------------------------------------------
+    def _async_http(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        pair = self._async.get(loop)
+        if pair is None:
+            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+            pair = (httpx.AsyncClient(timeout=self._timeout(), limits=limits), asyncio.Semaphore(self.concurrency))
+            self._async[loop] = pair
+        return pair
+
+    async def acomplete(
+        self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False
+    ) -> Completion:
+        """The async twin of :meth:`complete` (same retries, cache and limit, per event loop)."""
+        import httpx
+
+        payload = self._payload(messages, max_tokens, json_mode)
+        key = request_key(payload)
+        cached = self._from_cache(key)
+        if cached is not None:
+            return cached
+        client, slots = self._async_http()
+        reason = ""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                async with slots:
+                    response = await client.post(
+                        f"{self.base_url}/chat/completions", json=payload, headers=self._headers()
+                    )
+                result = self._parse(response, payload, attempt + 1)
+            except _Retry as exc:
+                reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
+            except httpx.HTTPError as exc:
+                reason, wait = f"{type(exc).__name__}: {exc}", self.retry.delay(attempt)
+            else:
+                self._store(key, result)
+                return result
+            if attempt < self.retry.max_retries:
+                await asyncio.sleep(wait)
+        raise self._give_up(reason, self.retry.max_retries + 1)
+
+    async def aclose(self) -> None:
+        """Close this event loop's connections (sync connections close with :meth:`close`)."""
+        pair = self._async.pop(asyncio.get_running_loop(), None)
+        if pair is not None:
+            await pair[0].aclose()
+
+    def close(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """Strict: the whole answer must be one JSON object (a Markdown code fence around it is allowed)."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0]
+    value = json.loads(body)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    return value
