@@ -125,8 +125,13 @@ class FakeOpenAI:
                     "id": "fake",
                     "object": "chat.completion",
                     "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": len(json.dumps(body["messages"])) // 4, "completion_tokens": len(text) // 4},
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(json.dumps(body["messages"])) // 4,
+                        "completion_tokens": len(text) // 4,
+                    },
                 }
                 self._send(200, json.dumps(reply).encode())
 

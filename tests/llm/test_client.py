@@ -87,9 +87,7 @@ def test_failures_are_not_cached(server: FakeOpenAI) -> None:
 def test_concurrency_limit_holds_across_threads(server: FakeOpenAI) -> None:
     server.delay_s = 0.15
     c = client(server, concurrency=2)
-    threads = [
-        threading.Thread(target=c.complete, args=([{"role": "user", "content": f"q{i}"}],)) for i in range(6)
-    ]
+    threads = [threading.Thread(target=c.complete, args=([{"role": "user", "content": f"q{i}"}],)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -127,7 +125,9 @@ def test_bad_arguments() -> None:
 
 def test_config_from_env_and_file(tmp_path: Path) -> None:
     assert load_config(env={}) is None
-    cfg = load_config(env={"FLEXAMEM_LLM_BASE_URL": "http://h/v1", "FLEXAMEM_LLM_MODEL": "m", "FLEXAMEM_LLM_API_KEY": "k1"})
+    cfg = load_config(
+        env={"FLEXAMEM_LLM_BASE_URL": "http://h/v1", "FLEXAMEM_LLM_MODEL": "m", "FLEXAMEM_LLM_API_KEY": "k1"}
+    )
     assert cfg is not None and cfg.api_key == "k1" and "k1" not in repr(cfg)
     file = tmp_path / "flexamem.toml"
     file.write_text('[llm]\nbase_url = "http://file/v1"\nmodel = "from-file"\ncache = "off"\nconcurrency = 2\n')

@@ -126,7 +126,9 @@ def test_batch_writing_is_parallel_with_progress(server: FakeOpenAI) -> None:
     total = sum(len(x) for x in ids)
     assert seen[-1] == (total, total) and len(seen) == total
     assert 1 < server.max_in_flight <= 3
-    assert [n.session_id for n in mem.notes()] == [s for s, x in zip([s["session_id"] for s in sessions], ids, strict=True) for _ in x]
+    assert [n.session_id for n in mem.notes()] == [
+        s for s, x in zip([s["session_id"] for s in sessions], ids, strict=True) for _ in x
+    ]
     with pytest.raises(fm.InvalidInputError):  # a bad session stops the batch before any call
         mem.add_sessions([{"turns": [{"speaker": "A", "text": "new"}], "session_id": "new"}, {"session_id": "x"}])
     assert len(mem.notes()) == total
@@ -151,7 +153,9 @@ def test_async_api_writes_the_same_notes(server: FakeOpenAI) -> None:
 
 def test_async_agent_steps_match_sync_steps(server: FakeOpenAI) -> None:
     def steps() -> list[tuple[str, str]]:
-        return [(f"lookup(order_id='#W{i:04d}')", f'{{"order": "#W{i:04d}", "total": {i * 37}.5}}' * 6) for i in range(25)]
+        return [
+            (f"lookup(order_id='#W{i:04d}')", f'{{"order": "#W{i:04d}", "total": {i * 37}.5}}' * 6) for i in range(25)
+        ]
 
     sync_agent = memory(server).agent(task="Refund order #W0007", budget=2048)
     for action, obs in steps():
