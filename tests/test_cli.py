@@ -28,3 +28,41 @@ def test_module_entry_point(tmp_path: Path) -> None:
         timeout=120,
     )
     assert "FlexA-Mem demo" in done.stdout
+
+
+def _locomo(path: Path) -> Path:
+    import json
+
+    from flexamem.demo import DEMO_SESSIONS
+
+    conv: dict[str, object] = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for n, (_, date, turns) in enumerate(DEMO_SESSIONS[:3], 1):
+        conv[f"session_{n}"] = [dict(t, dia_id=f"D{n}:{i}") for i, t in enumerate(turns)]
+        conv[f"session_{n}_date_time"] = date
+    path.write_text(json.dumps([{"sample_id": "conv-x", "conversation": conv, "qa": []}]))
+    return path
+
+
+def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.llm.fake_server import FakeOpenAI
+
+    data, db = _locomo(tmp_path / "locomo.json"), tmp_path / "m.db"
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("FLEXAMEM_LLM_BASE_URL", server.url)
+        monkeypatch.setenv("FLEXAMEM_LLM_MODEL", "fake")
+        monkeypatch.setenv("FLEXAMEM_LLM_API_KEY", "sk-do-not-print")
+        monkeypatch.setenv("FLEXAMEM_LLM_CACHE", "off")
+        server.faults.extend(["401"])  # the first unit's call is refused: rule-written and flagged
+        assert main(["ingest", "--data", str(data), "--db", str(db), "--writer", "llm"]) == 0
+    out = capsys.readouterr()
+    assert "conv-x: 3 notes" in out.out and "3/3 units" in out.err
+    assert "sk-do-not-print" not in out.out + out.err and "api_key=<set>" in out.err
+    assert main(["flagged", "--db", str(db)]) == 0
+    flagged = capsys.readouterr().out.strip().splitlines()
+    assert len(flagged) == 1 and "HTTP 401" in flagged[0] and "writer=rule" in flagged[0]
+    assert main(["usage", "--db", str(db), "--units"]) == 0
+    usage = capsys.readouterr().out
+    assert "conv-x\trecord\t2\t" in usage and "conv-x\tall\t2\t" in usage
+    monkeypatch.delenv("FLEXAMEM_LLM_MODEL")
+    assert main(["ingest", "--data", str(data), "--db", str(tmp_path / "r.db"), "--writer", "llm"]) == 2
+    assert "needs both" in capsys.readouterr().err

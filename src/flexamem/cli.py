@@ -1,4 +1,4 @@
-"""Command line: ``flexamem demo``, ``flexamem ingest``, ``flexamem notes``.
+"""Command line: ``flexamem demo|ingest|notes|eval|replay|flagged|usage``.
 
 Plain argparse (no extra dependency); every command works offline on the embedded default.
 """
@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from flexamem.cli_llm import add_commands, add_writer_arguments, progress_printer, writer_from_args
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.notes import Note
@@ -78,15 +79,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     conversations = load_locomo(args.data)
     settings = Settings(one_unit_per_session=True)
+    writer = writer_from_args(args)
     for conv in conversations:
         if args.sample and conv.sample_id not in args.sample:
             continue
-        with Memory(args.db, history=conv.sample_id, settings=settings) as mem:
+        with Memory(args.db, history=conv.sample_id, settings=settings, writer=writer) as mem:
             start = time.perf_counter()
-            for s in conv.sessions:
-                if s.session_id in {n.session_id for n in mem.history.notes}:
-                    continue
-                mem.add_session(s.turns, session_id=s.session_id, date=s.date)
+            done = {n.session_id for n in mem.history.notes}
+            todo = [
+                {"turns": s.turns, "session_id": s.session_id, "date": s.date}
+                for s in conv.sessions
+                if s.session_id not in done
+            ]
+            mem.add_sessions(todo, progress=progress_printer(conv.sample_id) if not args.quiet else None)
             print(
                 f"{conv.sample_id}: {len(mem)} notes, {mem.history.pieces_count} pieces "
                 f"({time.perf_counter() - start:.2f} s)"
@@ -199,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="path to a LoCoMo JSON file")
     p.add_argument("--db", required=True, help="SQLite file; one history per conversation")
     p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress")
+    add_writer_arguments(p)
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser("eval", help="fact recall on real conversations, no LLM needed")
     p.add_argument("dataset", choices=["locomo", "longmemeval", "trajectories"])
@@ -249,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", required=True)
     p.add_argument("--history", default="default")
     p.set_defaults(func=cmd_notes)
+    add_commands(sub)
     return parser
 
 

@@ -1,0 +1,97 @@
+"""Records and merged records written by a real local model (llama.cpp server, Qwen2.5-Coder 0.5B).
+
+``scripts/setup_local_llm.sh`` installs both; without them these tests skip, unless
+``FLEXAMEM_REQUIRE_LOCAL_LLM=1`` (set by CI), where a missing model is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import flexamem as fm
+from flexamem.demo import DEMO_SESSIONS
+from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+
+pytestmark = pytest.mark.integration
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    why = local_server_available()
+    if why:
+        if os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    with LocalServer(local_model_path()) as s:
+        yield s
+
+
+def llm(server: LocalServer, cache: Path) -> fm.OpenAICompatible:
+    return fm.OpenAICompatible(server.base_url, MODEL, cache=cache, concurrency=1, timeout=300)
+
+
+def exact_values(text: str) -> set[str]:
+    return set(re.findall(r"\b\d[\d:]*\b|\b[A-Z][a-z]{2,}\b", text))
+
+
+def test_a_real_model_writes_records_and_fields(server: LocalServer, tmp_path: Path) -> None:
+    mem = fm.Memory(tmp_path / "m.db", writer=fm.LLMWriter(llm(server, tmp_path / "cache.sqlite")))
+    for sid, date, turns in DEMO_SESSIONS[:2]:
+        mem.add_session(turns, session_id=sid, date=date)
+    notes = mem.notes()
+    assert len(notes) == 2
+    for n in notes:
+        assert n.writer == f"llm:{MODEL}" and not n.flagged, n.flag_reason
+        assert 3 <= len(n.record.split()) <= 80
+        assert n.fields.keywords and n.fields.description
+        kept = exact_values(n.record + " " + " ".join(n.fields.keywords))
+        assert kept & exact_values(n.raw), (n.record, n.fields)  # names or numbers of the unit survive
+    calls = mem.store.llm_calls(mem.history_id)
+    assert [c.seq for c in calls if c.purpose == "record"] == [0, 1]
+    assert all(c.prompt_tokens > 100 and c.completion_tokens > 5 and not c.cached for c in calls)
+
+    # a rerun (a fresh store, the same cache) costs nothing and writes the same records
+    again = fm.Memory(tmp_path / "again.db", writer=fm.LLMWriter(llm(server, tmp_path / "cache.sqlite")))
+    for sid, date, turns in DEMO_SESSIONS[:2]:
+        again.add_session(turns, session_id=sid, date=date)
+    assert [n.record for n in again.notes()] == [n.record for n in notes]
+    assert again.llm_usage()["calls"] == 0 and again.llm_usage()["cached_calls"] == len(calls)
+
+
+def test_a_real_model_writes_agent_records_and_merged_records(server: LocalServer, tmp_path: Path) -> None:
+    writer = fm.LLMWriter(llm(server, tmp_path / "cache.sqlite"))
+    mem = fm.Memory(tmp_path / "a.db", writer=writer)
+    agent = mem.agent(task="Cancel reservation EHGLP3 for user mia_li_3668", budget=1024)
+    outputs = [
+        {"user_id": "mia_li_3668", "reservations": ["EHGLP3", "NO6JO3"], "membership": "gold"},
+        {"reservation_id": "EHGLP3", "origin": "JFK", "destination": "SEA", "date": "2024-05-20", "cabin": "economy"},
+        {"reservation_id": "EHGLP3", "status": "cancelled", "refund": 327.5},
+        {"reservation_id": "NO6JO3", "origin": "SEA", "destination": "JFK", "date": "2024-05-27", "cabin": "basic"},
+        {"user_id": "mia_li_3668", "payment_methods": ["credit_card_4421", "gift_card_7090"]},
+        {"reservation_id": "NO6JO3", "status": "unchanged"},
+    ]
+    calls = [
+        "get_user_details",
+        "get_reservation_details",
+        "cancel_reservation",
+        "get_reservation_details",
+        "get_user_details",
+        "get_reservation_details",
+    ]
+    for name, out in zip(calls, outputs, strict=True):
+        agent.step(f"{name}({json.dumps({'id': out.get('reservation_id', 'mia_li_3668')})})", json.dumps(out) * 12)
+    notes = agent.mem.notes()
+    assert len(notes) >= 2 and all(n.writer == f"llm:{MODEL}" and not n.flagged for n in notes), [n.flag_reason for n in notes]
+    assert all(len(n.record.split()) <= 80 for n in notes)
+
+    merged = writer.merge_records([n.record for n in notes])
+    assert not merged.flagged, merged.flag_reason
+    assert 3 <= len(merged.text.split()) <= 150
+    assert merged.calls and merged.calls[0].purpose == "merge" and merged.calls[0].prompt_tokens > 50
