@@ -12,7 +12,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flexamem.cli_llm import add_commands, add_writer_arguments, progress_printer, writer_from_args
+from flexamem.cli_llm import (
+    add_commands,
+    add_writer_arguments,
+    progress_printer,
+    reader_from_args,
+    writer_from_args,
+)
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.notes import Note
@@ -129,7 +135,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     problems = [p for h in histories for p in h.problems]
     for p in problems:
         print(f"flexamem: skipped {p}", file=sys.stderr)
-    run(histories, methods, budgets, out, progress=not args.quiet)
+    writer, reader = writer_from_args(args), reader_from_args(args)
+    run(histories, methods, budgets, out, progress=not args.quiet, writer=writer, reader=reader)
     results = summarise(out, by_group=by_group, resamples=args.resamples)
     try:
         plot_measures(results, out, MEASURES)
@@ -207,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress")
     add_writer_arguments(p)
     p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser("eval", help="fact recall on real conversations, no LLM needed")
+    p = sub.add_parser("eval", help="fact recall on conversations, or agent memory on trajectories")
     p.add_argument("dataset", choices=["locomo", "longmemeval", "trajectories"])
     p.add_argument("--data", required=True, help="path to the data file")
     p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
@@ -242,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ci-over", choices=["questions", "conversations"], default="questions", help="what the bootstrap resamples"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--reader",
+        action="store_true",
+        help="locomo/longmemeval: also answer each question with the configured LLM and judge it (accuracy)",
+    )
+    add_writer_arguments(p, default="rule")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("replay", help="print the context an agent would have seen before step N")
     p.add_argument("file")

@@ -9,18 +9,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from flexamem.errors import InvalidInputError
 from flexamem.llm.config import load_config
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.records import Progress, RecordWriter, RuleWriter
 
+if TYPE_CHECKING:
+    from flexamem.eval.reader import LLMReader
 
-def add_writer_arguments(p: argparse.ArgumentParser) -> None:
+
+def add_writer_arguments(p: argparse.ArgumentParser, default: str = "auto") -> None:
     p.add_argument(
         "--writer",
         choices=["auto", "rule", "llm"],
-        default="auto",
+        default=default,
         help="who writes records: 'llm' = the configured endpoint, 'rule' = offline rules, 'auto' = llm if configured",
     )
     p.add_argument("--config", help="TOML file with an [llm] table (else $FLEXAMEM_CONFIG; env vars win)")
@@ -38,6 +42,21 @@ def writer_from_args(args: argparse.Namespace) -> RecordWriter:
 
     print(f"flexamem: records by {config!r}", file=sys.stderr)
     return LLMWriter(config.client())
+
+
+def reader_from_args(args: argparse.Namespace) -> LLMReader | None:
+    """The LLM reader and judge of ``eval --reader`` (the configured endpoint is required)."""
+    if not getattr(args, "reader", False):
+        return None
+    config = load_config(path=args.config)
+    if config is None:
+        raise InvalidInputError(
+            "--reader needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL (or --config)"
+        )
+    from flexamem.eval.reader import LLMReader
+
+    print(f"flexamem: reader and judge: {config!r}", file=sys.stderr)
+    return LLMReader(config.client())
 
 
 def progress_printer(label: str) -> Progress:

@@ -22,6 +22,14 @@ UNIT = re.compile(r"<<<\n(.*)\n>>>", re.S)
 
 
 def answer_for(messages: list[dict[str, str]], json_mode: bool) -> str:
+    last = messages[-1]["content"]
+    if last.startswith("Question:") and "Gold answer:" in last:  # the judge: CORRECT when gold is in it
+        gold = last.split("Gold answer:", 1)[1].split("\n")[0].strip().lower()
+        candidate = last.split("Candidate answer:", 1)[1].strip().lower()
+        return "CORRECT" if gold and gold in candidate else "WRONG"
+    if last.startswith("Memory:"):  # the reader: notes, then the memory's last line as the answer
+        memory = last.split("\n\nQuestion:", 1)[0]
+        return "Notes: read the memory.\nAnswer: " + memory.strip().splitlines()[-1]
     prompt = messages[0]["content"]
     m = UNIT.search(prompt)
     if json_mode and m:

@@ -22,12 +22,22 @@ from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
 from flexamem.eval.measures import answer_contained, normalise
 from flexamem.eval.methods import METHODS, MethodContext, Output
+from flexamem.eval.reader import READER_PROMPT, LLMReader
 from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 from flexamem.memory import Memory
+from flexamem.write.records import RecordWriter
 
-MEASURES = ("evidence_verbatim", "evidence_partial", "all_evidence", "answer_contained", "tokens", "latency_ms")
-BINARY = ("all_evidence", "answer_contained")
-READER_PROMPT = (Path(__file__).parent / "prompts" / "reader.txt").read_text(encoding="utf-8")
+MEASURES = (
+    "evidence_verbatim",
+    "evidence_partial",
+    "all_evidence",
+    "answer_contained",
+    "accuracy",  # only with an LLM reader and judge
+    "tokens",
+    "latency_ms",
+)
+BINARY = ("all_evidence", "answer_contained", "accuracy")
+NO_ANSWER = "(none: the history does not say)"
 
 
 @dataclass
@@ -78,7 +88,12 @@ def run(
     *,
     settings: Settings | None = None,
     progress: bool = True,
+    writer: RecordWriter | None = None,
+    reader: LLMReader | None = None,
 ) -> Path:
+    """Render every question with every method at every budget; append one row per outcome to
+    ``per_question.jsonl`` (rows already there are skipped: a rerun resumes). ``writer`` writes the
+    records (rule writer by default); ``reader`` adds the LLM-judged ``accuracy`` of each row."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
@@ -102,7 +117,7 @@ def run(
             if not todo:
                 continue
             try:
-                ctx = _context(h, settings)
+                ctx = _context(h, settings, writer)
             except FlexaMemError as exc:
                 errors.write(json.dumps({"history": h.history_id, "error": f"ingest failed: {exc}"}) + "\n")
                 if bar:
@@ -136,6 +151,9 @@ def run(
                         "latency_ms": latency,
                         "composition": output.composition,
                     }
+                    if reader is not None:
+                        judged = reader(output.text, q.question, q.answer or NO_ANSWER)
+                        row.update(reader_answer=judged.answer, accuracy=float(judged.correct))
                     rows.write(json.dumps(row) + "\n")
                 except FlexaMemError as exc:
                     errors.write(json.dumps({"item": q.item_id, "method": m, "budget": b, "error": str(exc)}) + "\n")
@@ -145,10 +163,10 @@ def run(
     return rows_path
 
 
-def _context(h: QAHistory, settings: Settings | None) -> MethodContext:
+def _context(h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None) -> MethodContext:
     base = settings or Settings()
     s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
-    mem = Memory(":memory:", settings=s)
+    mem = Memory(":memory:", settings=s, writer=writer)
     for session in h.sessions:
         mem.add_session(session.turns, session_id=session.session_id, date=session.date)
     return MethodContext(mem, READER_PROMPT)
@@ -206,6 +224,21 @@ def summarise(
                     "ci_high": hi,
                 }
             )
+        judged = [r for r in rs if r.get("accuracy") is not None and r.get("category")]
+        for category in sorted({str(r["category"]) for r in judged}):
+            values = [float(r["accuracy"]) for r in judged if str(r["category"]) == category]
+            lo, hi = bootstrap_ci(values, None, resamples=resamples)
+            results.append(
+                {
+                    "method": method,
+                    "budget": budget,
+                    "measure": f"accuracy:{category}",
+                    "value": sum(values) / len(values),
+                    "n": len(values),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                }
+            )
         results.append(
             {
                 "method": method,
@@ -220,7 +253,9 @@ def summarise(
     (out / "results.json").write_text(json.dumps(results, indent=1))
     comparisons = _comparisons(rows, resamples, binary, paired)
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
-    (out / "results.md").write_text(markdown(results, comparisons, measures, paired))
+    names = {str(r["measure"]) for r in results}
+    shown = [*measures, *sorted(n for n in names if n.startswith("accuracy:"))]
+    (out / "results.md").write_text(markdown(results, comparisons, shown, paired))
     return results
 
 
@@ -272,7 +307,10 @@ def _comparisons(
                     pairs = [
                         (table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0)
                         for i in items
-                        if (i, ours, b) in table and (i, other, b) in table
+                        if (i, ours, b) in table
+                        and (i, other, b) in table
+                        and table[(i, ours, b)].get(name) is not None
+                        and table[(i, other, b)].get(name) is not None
                     ]
                     if pairs:
                         only_a, only_b, p = mcnemar_exact([a for a, _ in pairs], [b_ for _, b_ in pairs])
@@ -305,7 +343,10 @@ def markdown(
     methods = sorted({r["method"] for r in results})
     value = {(r["method"], r["budget"], r["measure"]): r for r in results}
     lines = []
+    present = {r["measure"] for r in results}
     for name in measures:
+        if name not in present:
+            continue
         lines += [
             f"### {name}",
             "",
