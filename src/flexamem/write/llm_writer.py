@@ -24,7 +24,7 @@ from flexamem.llm.client import ChatModel, Completion, Message, parse_json_objec
 from flexamem.notes import Fields, LLMCall, Record, UnitDraft
 from flexamem.text import cut_words
 from flexamem.tokens import TokenCounter, counter
-from flexamem.write.records import MERGED_WORDS, RECORD_WORDS, Progress, RuleWriter
+from flexamem.write.records import MERGED_WORDS, RECORD_WORDS, Progress, RuleWriter, write_in_order
 
 PROMPTS = Path(__file__).parent / "prompts"
 CUT_MARK = " …"
@@ -159,7 +159,7 @@ class LLMWriter:
     def write_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]:
         """One record per unit, in order, ``concurrency`` units at a time."""
         if len(units) <= 1 or self.concurrency <= 1:
-            return self._write_in_order(units, progress)
+            return write_in_order(self.write_record, units, progress)
         out: list[Record | None] = [None] * len(units)
         done = 0
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(units))) as pool:
@@ -170,14 +170,6 @@ class LLMWriter:
                 if progress is not None:
                     progress(done, len(units))
         return [r for r in out if r is not None]
-
-    def _write_in_order(self, units: Sequence[UnitDraft], progress: Progress | None) -> list[Record]:
-        out = []
-        for u in units:
-            out.append(self.write_record(u))
-            if progress is not None:
-                progress(len(out), len(units))
-        return out
 
     def merge_records(self, records: Sequence[str]) -> Record:
         calls: list[LLMCall] = []

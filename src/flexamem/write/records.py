@@ -163,6 +163,18 @@ def _body(text: str, label: str) -> str:
     return text[len(label) + 2 :] if text.startswith(label + ": ") else text
 
 
+def write_in_order(
+    write: Callable[[UnitDraft], Record], units: Sequence[UnitDraft], progress: Progress | None
+) -> list[Record]:
+    """One record per unit, one after the other, reporting progress."""
+    out = []
+    for u in units:
+        out.append(write(u))
+        if progress is not None:
+            progress(len(out), len(units))
+    return out
+
+
 class RuleWriter:
     """Deterministic, extractive records and fields; no model, no network."""
 
@@ -173,12 +185,7 @@ class RuleWriter:
         self.merged_words = merged_words
 
     def write_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]:
-        out = []
-        for u in units:
-            out.append(self.write_record(u))
-            if progress is not None:
-                progress(len(out), len(units))
-        return out
+        return write_in_order(self.write_record, units, progress)
 
     def write_record(self, unit: UnitDraft) -> Record:
         if unit.kind == "agent":
