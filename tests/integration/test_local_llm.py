@@ -97,3 +97,15 @@ def test_a_real_model_writes_agent_records_and_merged_records(server: LocalServe
     assert not merged.flagged, merged.flag_reason
     assert 3 <= len(merged.text.split()) <= 150
     assert merged.calls and merged.calls[0].purpose == "merge" and merged.calls[0].prompt_tokens > 50
+
+
+def test_a_real_model_reads_and_judges(server: LocalServer, tmp_path: Path) -> None:
+    from flexamem.eval.harness import load_rows, run
+    from flexamem.eval.reader import LLMReader
+    from tests.eval.test_harness import tiny_history
+
+    reader = LLMReader(llm(server, tmp_path / "cache.sqlite"), answer_tokens=120)
+    run([tiny_history()], ["piece-recovery"], [1024], tmp_path / "out", progress=False, reader=reader)
+    (row,) = load_rows(tmp_path / "out")
+    assert row["accuracy"] in (0.0, 1.0) and row["reader_answer"]
+    assert row["evidence_verbatim"] == 1.0  # the passport turn is in the memory the model read
