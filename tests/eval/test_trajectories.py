@@ -146,6 +146,13 @@ def test_harness_resumes_and_cli_outputs(tmp_path: Path) -> None:
     n = len(load_rows(out))
     run_trajectories([t], ["truncation"], [1500], out, progress=False)
     assert len(load_rows(out)) == n  # nothing redone
+    # an interrupted replay (rows written, never finished) is dropped and run again whole
+    rows_file, finished = out / "per_question.jsonl", out / "finished.jsonl"
+    saved = [{k: v for k, v in r.items() if k != "latency_ms"} for r in load_rows(out)]
+    finished.write_text("")
+    rows_file.write_text("".join(rows_file.read_text().splitlines(keepends=True)[:2]))
+    run_trajectories([t], ["truncation"], [1500], out, progress=False)
+    assert [{k: v for k, v in r.items() if k != "latency_ms"} for r in load_rows(out)] == saved
     summarise_trajectories(out, resamples=100)
     rows = json.loads((out / "results.json").read_text())
     assert {r["measure"] for r in rows} >= {"detail_recall", "trace_coverage", "tokens", "latency_ms"}

@@ -31,8 +31,8 @@ def run_trajectories(
     if part not in ("context", "history"):
         raise InvalidInputError("budget part must be 'context' or 'history'")
     out.mkdir(parents=True, exist_ok=True)
-    done = {(r["group"], r["method"], r["budget"]) for r in load_rows(out)}
-    done |= {(r["group"], r["method"], r["budget"]) for r in _finished(out)}
+    done = {(r["group"], r["method"], r["budget"]) for r in _finished(out)}
+    _drop_unfinished(out, done)
     todo = [(t, m, b) for t in trajs for m in methods for b in budgets if (t.traj_id, m, b) not in done]
     bar = Progress(len(todo)) if progress else None
     with (
@@ -72,6 +72,14 @@ def run_trajectories(
             if bar:
                 bar.step(f"{traj.traj_id} {method} {budget}")
     return out / "per_question.jsonl"
+
+
+def _drop_unfinished(out: Path, done: set[tuple[object, object, object]]) -> None:
+    """Rows of a replay that was interrupted are dropped; that replay runs again whole."""
+    rows = load_rows(out)
+    kept = [r for r in rows if (r["group"], r["method"], r["budget"]) in done]
+    if len(kept) != len(rows):
+        (out / "per_question.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
 
 
 def _finished(out: Path) -> list[dict[str, object]]:
