@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--conversation", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--speed-units", type=int, default=4, help="units for the speed figures")
+    parser.add_argument("--speed-only", action="store_true", help="only the speed figures (part 1)")
     args = parser.parse_args()
     history = locomo_histories(args.data)[args.conversation]
     counter = fm.counter()
@@ -90,6 +91,8 @@ def main() -> None:
             f"request at a time, so concurrency pays only on servers that batch: vLLM, llama.cpp --parallel)"
         )
 
+        if args.speed_only:
+            return
         start = time.perf_counter()
         ctx = _context(history, None, fm.LLMWriter(llm, concurrency=1))
         built = time.perf_counter() - start
