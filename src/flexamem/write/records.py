@@ -26,6 +26,7 @@ MERGED_WORDS = 150
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _NAME = re.compile(r"\b[A-Z][\w'’\-]*(?:\s+[A-Z][\w'’\-]*)*")
 _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d[\d,.:/\-]*\d%?|(?<![\w.])\d%?")
+_JSON_KEY = re.compile(r'"([^"\\\n]{1,64})"\s*:')
 _TOKEN = re.compile(r"[\w\-]+")  # linear-time scan; ids are filtered from these tokens
 ANALYSIS_CHARS = 20_000  # the rule writer reads at most this much of each block (records are short)
 _STEP_HEADER = re.compile(r"^\[step (\d+)\] ([^:]*): ?")
@@ -135,13 +136,21 @@ def numbers_in(text: str) -> list[str]:
 
 
 def identifiers_in(text: str) -> list[str]:
-    """Ids, codes and snake_case names: the exact strings an agent's next call may need."""
+    """Ids, codes and snake_case names: the exact strings an agent's next call may need (tokens with
+    a digit or an inner underscore, and upper-case codes of 5+ characters such as ``AQLBTL``)."""
     found = []
     for m in _TOKEN.finditer(text):
         tok = m.group(0).strip("-")
-        if len(tok) >= 3 and (any(ch.isdigit() for ch in tok) or "_" in tok.strip("_")):
+        if len(tok) >= 3 and (
+            any(ch.isdigit() for ch in tok) or "_" in tok.strip("_") or (len(tok) >= 5 and tok.isupper())
+        ):
             found.append(tok)
     return list(dict.fromkeys(found))
+
+
+def json_keys_in(text: str) -> set[str]:
+    """Names used as JSON object keys: the schema of a tool output, not values worth keeping."""
+    return set(_JSON_KEY.findall(text))
 
 
 def keywords_of(text: str, limit: int = 8, skip: Sequence[str] = ()) -> tuple[str, ...]:
@@ -249,7 +258,8 @@ class RuleWriter:
             call = cut_words(action, max(per_step // 2, 4), " …")
             calls.append(action.split("(", 1)[0].split()[0] if action else "?")
             outcome = cut_words(" ".join(output.split()), max(per_step // 4, 3), " …") or "(no output)"
-            found = [x for x in identifiers_in(output) + numbers_in(output) if x not in outcome][:3]
+            keys = json_keys_in(output)
+            found = [x for x in identifiers_in(output) + numbers_in(output) if x not in outcome and x not in keys][:3]
             extra = f" [{', '.join(found)}]" if found else ""
             lines.append(f"step {number}: {call} -> {outcome}{extra}")
         first, last = unit.steps or (min(steps), max(steps))
