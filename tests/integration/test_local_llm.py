@@ -18,17 +18,19 @@ import flexamem as fm
 from flexamem.demo import DEMO_SESSIONS
 from flexamem.llm.local import LocalServer, local_model_path, local_server_available
 
-pytestmark = pytest.mark.integration
+WHY_NOT = local_server_available()
+REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT)),
+]
 MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalServer]:
-    why = local_server_available()
-    if why:
-        if os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    if WHY_NOT is not None:  # required (CI) but missing: a failure, not a skip
+        pytest.fail(WHY_NOT)
     with LocalServer(local_model_path()) as s:
         yield s
 
