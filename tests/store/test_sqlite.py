@@ -116,3 +116,23 @@ def test_caches_accounting_and_state() -> None:
     s.set_state("h", "window", [3])
     assert s.get_state("h", "window") == [3] and s.get_state("h", "nope") is None
     assert s.histories() == [("h", "agent")]
+
+
+def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
+    from flexamem.store.schema import MIGRATIONS
+    from flexamem.store.sqlite import _split_sql
+
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    for statement in _split_sql(MIGRATIONS[0]):
+        db.execute(statement)
+    db.execute("INSERT INTO histories VALUES ('h', 'conversation', '{}', 0)")
+    db.execute("INSERT INTO merged VALUES ('h', 0, 3, 1, 'old merged text', 3, 'rule', 0)")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    s = SQLiteStore(path)
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert s.load_merged("h") == [MergedRecord(0, 3, 1, "old merged text", 3, "rule", False)]
+    with pytest.raises(fm.WriteOnceError), s._write() as db:
+        db.execute("UPDATE merged SET text = 'x'")
