@@ -127,7 +127,7 @@ class Memory:
         """
         with self._lock:
             drafts = self._drafts(turns, session_id, date)
-            return self._write(drafts, self.history)
+        return self._write(drafts, self.history)
 
     def add_sessions(
         self, sessions: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
@@ -151,12 +151,12 @@ class Memory:
                         raise DuplicateUnitError(f"session {i}: unit {d.unit_id!r} is already written")
                     seen.add(d.unit_id)
                 batches.append(drafts)
-            records = self.writer.write_records([d for b in batches for d in b], progress)
-            out, start = [], 0
-            for drafts in batches:
-                out.append(self._write(drafts, self.history, records[start : start + len(drafts)]))
-                start += len(drafts)
-            return out
+        records = self.writer.write_records([d for b in batches for d in b], progress)
+        out, start = [], 0
+        for drafts in batches:
+            out.append(self._write(drafts, self.history, records[start : start + len(drafts)]))
+            start += len(drafts)
+        return out
 
     async def aadd_session(
         self,
@@ -170,6 +170,7 @@ class Memory:
         when adding sessions concurrently."""
         with self._lock:
             drafts = self._drafts(turns, session_id, date)
+        self._check_new(drafts, self.history)
         records = await self.awrite_records(drafts)
         return await asyncio.to_thread(self._write, drafts, self.history, records)
 
@@ -196,15 +197,23 @@ class Memory:
     def _session_count(self) -> int:
         return len({n.session_id for n in self.history.notes})
 
+    def _check_new(self, drafts: Sequence[UnitDraft], history: History) -> None:
+        seen = set(history.unit_ids)
+        for d in drafts:
+            if d.unit_id in seen:
+                raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
+            seen.add(d.unit_id)
+
     def _write(self, drafts: list[UnitDraft], history: History, records: Sequence[Record] | None = None) -> list[str]:
+        """Store drafts as notes. Records are written first and outside the lock (a model may take
+        seconds per unit, and renders must not wait for it); the rest runs under the lock."""
+        self._check_new(drafts, history)  # before any model call
+        if records is None:
+            records = self.writer.write_records(drafts)
         with self._lock:
-            seen = set(history.unit_ids)
-            for d in drafts:
-                if d.unit_id in seen:
-                    raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
-                seen.add(d.unit_id)
+            self._check_new(drafts, history)  # another thread may have written them meanwhile
             self.store.ensure_history(self.history_id, drafts[0].kind if drafts else "conversation")
-            notes, links, calls = NoteWriter(self.writer, self.embedder, self.counter, self.settings).write(
+            notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).write(
                 drafts, len(history), history.embeddings, records
             )
             self.store.append_notes(self.history_id, notes, links, calls)

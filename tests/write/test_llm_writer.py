@@ -210,3 +210,21 @@ def test_a_killed_writer_leaves_no_half_written_unit(server: FakeOpenAI, tmp_pat
     sid, date, turns = DEMO_SESSIONS[1]
     mem.add_session(turns, session_id=sid, date=date)  # the same session lands whole afterwards
     assert {n.session_id for n in mem.notes()} == {"s1", "s2"}
+
+
+def test_renders_do_not_wait_for_the_model(server: FakeOpenAI) -> None:
+    import threading
+
+    mem = memory(server)
+    add_demo(mem, 1)
+    server.delay_s = 1.5  # every model call now takes 1.5 s
+    sid, date, turns = DEMO_SESSIONS[1]
+    writer = threading.Thread(target=mem.add_session, args=(turns,), kwargs={"session_id": sid, "date": date})
+    writer.start()
+    while not server.in_flight:
+        time.sleep(0.01)
+    start = time.perf_counter()
+    mem.render("Lisbon flight", 2048)  # the store lock is free while the model writes
+    assert time.perf_counter() - start < 1.0 and writer.is_alive()
+    writer.join()
+    assert len(mem.notes()) == 2

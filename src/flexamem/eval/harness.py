@@ -259,6 +259,17 @@ def summarise(
     return results
 
 
+def _both_measured(
+    table: dict[tuple[str, str, int], dict[str, Any]], items: Sequence[str], a: str, b: str, budget: int, name: str
+) -> list[str]:
+    """Items where both methods have a value of ``name`` at this budget (the pairs a paired test uses)."""
+    return [
+        i
+        for i in items
+        if table.get((i, a, budget), {}).get(name) is not None and table.get((i, b, budget), {}).get(name) is not None
+    ]
+
+
 def _comparisons(
     rows: list[dict[str, Any]],
     resamples: int = 10_000,
@@ -277,14 +288,7 @@ def _comparisons(
             if other == ours or ours not in methods:
                 continue
             for b in budgets:
-                shared = [
-                    i
-                    for i in items
-                    if (i, ours, b) in table
-                    and (i, other, b) in table
-                    and table[(i, ours, b)].get(paired) is not None
-                    and table[(i, other, b)].get(paired) is not None
-                ]
+                shared = _both_measured(table, items, ours, other, b, paired)
                 if shared:
                     diff, lo, hi = paired_bootstrap_diff(
                         [table[(i, ours, b)][paired] for i in shared],
@@ -306,11 +310,7 @@ def _comparisons(
                 for name in binary:
                     pairs = [
                         (table[(i, ours, b)][name] > 0, table[(i, other, b)][name] > 0)
-                        for i in items
-                        if (i, ours, b) in table
-                        and (i, other, b) in table
-                        and table[(i, ours, b)].get(name) is not None
-                        and table[(i, other, b)].get(name) is not None
+                        for i in _both_measured(table, items, ours, other, b, name)
                     ]
                     if pairs:
                         only_a, only_b, p = mcnemar_exact([a for a, _ in pairs], [b_ for _, b_ in pairs])

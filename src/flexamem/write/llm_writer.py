@@ -211,15 +211,6 @@ class LLMWriter:
 
         return list(await asyncio.gather(*(one(u) for u in units)))
 
-    async def amerge_records(self, records: Sequence[str]) -> Record:
-        calls: list[LLMCall] = []
-        try:
-            answer = await self.model.acomplete(self.merge_messages(records), max_tokens=self.merge_max_tokens)
-            calls.append(self._call("merge", answer))
-            return self._merged_from(answer.text, calls)
-        except (LLMError, ValueError) as exc:
-            return self._fallback(self.fallback.merge_records(records), exc, calls)
-
     @property
     def record_max_tokens(self) -> int:
         """Room for the record, up to 8 keywords, 5 tags and a sentence, in JSON."""

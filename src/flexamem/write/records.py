@@ -52,11 +52,10 @@ class RecordWriter(Protocol):
 
 @runtime_checkable
 class AsyncRecordWriter(RecordWriter, Protocol):
-    """A writer with async twins (the LLM writer); others are run in a worker thread."""
+    """A writer whose records can be awaited (the LLM writer); others run in a worker thread. Merged
+    records need no twin: they are written inside a render, which async callers run in a thread."""
 
     async def awrite_records(self, units: Sequence[UnitDraft], progress: Progress | None = None) -> list[Record]: ...
-
-    async def amerge_records(self, records: Sequence[str]) -> Record: ...
 
 
 # Words too common in chat to describe a unit (kept out of keywords only; BM25 keeps them).

@@ -1,4 +1,4 @@
-"""From unit drafts to notes: records, embeddings, pieces, token counts and links (SPEC section 2).
+"""From unit drafts and their records to notes: embeddings, pieces, token counts, links (SPEC section 2).
 
 Everything a note holds is computed here, before the store is touched, so the store write that
 follows is one short transaction and a failure anywhere leaves the store unchanged.
@@ -16,7 +16,6 @@ from flexamem.notes import LLMCall, Note, Record, UnitDraft
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
 from flexamem.write.pieces import cut_pieces
-from flexamem.write.records import RecordWriter
 
 
 def embedding_text(record: str, fields_text: str) -> str:
@@ -36,8 +35,7 @@ def link_targets(vector: np.ndarray, earlier: np.ndarray, k: int) -> list[int]:
 class NoteWriter:
     """Writes notes for a batch of units that follow ``start_seq`` earlier notes."""
 
-    def __init__(self, writer: RecordWriter, embedder: Embedder, counter: TokenCounter, settings: Settings) -> None:
-        self.writer = writer
+    def __init__(self, embedder: Embedder, counter: TokenCounter, settings: Settings) -> None:
         self.embedder = embedder
         self.counter = counter
         self.settings = settings
@@ -47,18 +45,14 @@ class NoteWriter:
         drafts: Sequence[UnitDraft],
         start_seq: int,
         earlier: np.ndarray,
-        records: Sequence[Record] | None = None,
+        records: Sequence[Record],
     ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
-        """Notes for ``drafts``, the new link edges (both directions) and the model calls that wrote
-        the records. ``records`` skips the writer (the async path writes them first)."""
+        """Notes for ``drafts`` from their ``records`` (written beforehand by a record writer), the new
+        link edges (both directions) and the model calls that wrote the records."""
         if not drafts:
             return [], [], []
-        if records is None:
-            records = self.writer.write_records(drafts)
         if len(records) != len(drafts):
-            raise RuntimeError(
-                f"record writer {self.writer.name} returned {len(records)} records for {len(drafts)} units"
-            )
+            raise RuntimeError(f"the record writer returned {len(records)} records for {len(drafts)} units")
         field_texts = [r.fields.as_text() for r in records]
         vectors = self.embedder.embed([embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)])
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
