@@ -69,7 +69,7 @@ def main() -> None:
 
     with LocalServer(local_model_path()) as server:
         print(f"local server: {server.base_url} (model {local_model_path().name}, {server.threads} threads)")
-        llm = fm.OpenAICompatible(server.base_url, "qwen2.5-coder-0.5b", concurrency=1)
+        llm = server.client("qwen2.5-coder-0.5b", concurrency=1)
         llm.complete([{"role": "user", "content": "Say OK."}], max_tokens=4)  # warm up
         writer = fm.LLMWriter(llm, concurrency=1)
         start = time.perf_counter()
@@ -80,7 +80,7 @@ def main() -> None:
             f"{mean(d.raw.count(' ') for d in drafts):.0f} words each; {sum(r.flagged for r in records)} flagged)"
         )
         # other prompts (the cache is off, but the server may reuse its prompt cache): shift the unit ids
-        par = fm.LLMWriter(fm.OpenAICompatible(server.base_url, "qwen2.5-coder-0.5b", concurrency=args.concurrency))
+        par = fm.LLMWriter(server.client("qwen2.5-coder-0.5b", concurrency=args.concurrency))
         start = time.perf_counter()
         par.write_records(
             [fm.UnitDraft(d.unit_id, d.kind, d.raw + " ", d.blocks, d.session_id, d.date) for d in drafts]

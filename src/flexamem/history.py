@@ -13,7 +13,7 @@ import numpy as np
 
 from flexamem.notes import Note, Piece
 from flexamem.recover.bm25 import BM25Index
-from flexamem.text import content_words
+from flexamem.text import content_words, stemmed
 
 
 class History:
@@ -29,6 +29,13 @@ class History:
         self.piece_of: list[tuple[int, int]] = []  # BM25 doc id -> (seq, piece index)
         self.unit_ids: dict[str, int] = {}
         self.token_cache: dict[object, int] = {}
+        # auto's hybrid ranking: piece vectors (a note's embedding stands in for pieces written without
+        # them), the turn each piece belongs to, and a BM25 index over stemmed words (built on first use)
+        self._piece_matrix = np.zeros((16, dim), dtype=np.float32)
+        self.piece_vector_ready: list[bool] = []
+        self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
+        self._stem_index: BM25Index | None = None
+        self._doc_arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # render-side counts of short fixed strings (headers)
 
     def __len__(self) -> int:
@@ -49,14 +56,51 @@ class History:
             self.links.append([])
             self.unit_ids[note.unit_id] = note.seq
             self.doc_of.append(len(self.piece_of))
+            self._add_piece_vectors(note)
+            previous: object = None
             for piece in note.pieces:
                 self.index.add(content_words(piece.text))
                 self.piece_of.append((note.seq, piece.index))
+                turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
+                self.turn_start.append(piece.index == 0 or turn != previous)
+                previous = turn
         if notes:
             self.embeddings = np.vstack([self.embeddings, np.stack([n.embedding for n in notes])]).astype(np.float32)
         for a, b in links:
             if b not in self.links[a]:
                 self.links[a].append(b)
+
+    def _add_piece_vectors(self, note: Note) -> None:
+        start, count = len(self.piece_vector_ready), len(note.pieces)
+        while start + count > len(self._piece_matrix):
+            grown = np.zeros((2 * len(self._piece_matrix), self.dim), dtype=np.float32)
+            grown[:start] = self._piece_matrix[:start]
+            self._piece_matrix = grown
+        ready = note.piece_vectors is not None and len(note.piece_vectors) == count
+        self._piece_matrix[start : start + count] = note.piece_vectors if ready else note.embedding
+        self.piece_vector_ready.extend([ready] * count)
+
+    @property
+    def piece_matrix(self) -> np.ndarray:
+        """One row per BM25 doc: the piece's vector, or its note's embedding when it has none."""
+        return self._piece_matrix[: len(self.piece_vector_ready)]
+
+    def doc_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(note seq of each doc, whether each doc begins a turn)`` as numpy arrays (cached)."""
+        cached = self._doc_arrays
+        if cached is None or len(cached[0]) != len(self.piece_of):
+            seqs = np.fromiter((s for s, _ in self.piece_of), dtype=np.int64, count=len(self.piece_of))
+            cached = self._doc_arrays = (seqs, np.asarray(self.turn_start, dtype=bool))
+        return cached
+
+    def stem_index(self) -> BM25Index:
+        """BM25 over the stemmed content words of every piece (caught up with new pieces on each call)."""
+        if self._stem_index is None:
+            self._stem_index = BM25Index()
+        index = self._stem_index
+        for doc in range(len(index), len(self.piece_of)):
+            index.add(stemmed(content_words(self.piece(doc)[1].text)))
+        return index
 
     def turn_pieces(self, seq: int) -> dict[str, frozenset[int]]:
         """Piece indexes of each turn (by source id) of note ``seq`` (computed once)."""

@@ -26,7 +26,7 @@ from flexamem.config import Settings
 from flexamem.errors import BudgetError, DuplicateUnitError, InvalidInputError
 from flexamem.history import History
 from flexamem.notes import Note, Record, Turn, UnitDraft
-from flexamem.render.renderer import Query, Renderer, RenderOptions
+from flexamem.render.renderer import MODES, Query, Renderer, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Timeline
 from flexamem.store.base import Store
@@ -251,7 +251,7 @@ class Memory:
         query: str,
         budget: int,
         *,
-        mode: str = "pieces",
+        mode: str = "auto",
         prompt: str = "",
         options: RenderOptions | None = None,
         query_vector: np.ndarray | None = None,
@@ -259,13 +259,15 @@ class Memory:
         """A fresh memory for one question, within the budget.
 
         The fixed prompt is ``prompt`` plus the query, so ``count(prompt) + count(query) +
-        r.tokens <= floor(0.95 * budget)``. ``mode`` is ``"pieces"`` (piece recovery, the mode for
-        questions over a history) or ``"units"`` (unit recovery, the agents' mode). No LLM is called
+        r.tokens <= floor(0.95 * budget)``. ``mode`` is ``"auto"`` (the default: a small timeline plus
+        pieces ranked by stemmed BM25 fused with piece vectors, whole turns and their neighbours; see
+        docs/RENDERING.md), or one of the paper's modes, ``"pieces"`` (piece recovery) and ``"units"``
+        (unit recovery), kept as the paper defines them. No LLM is called
         except to write a merged record the first time it is needed (then stored and reused).
         ``query_vector`` skips embedding the query when the caller already has its MiniLM vector.
         """
-        if mode not in ("pieces", "units"):
-            raise InvalidInputError(f"unknown mode {mode!r}: use 'pieces' or 'units'")
+        if mode not in MODES:
+            raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("the query is empty")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
@@ -333,7 +335,12 @@ class Memory:
         return vector
 
     def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
-        """Embeddings of pieces (by BM25 doc id), computed when first needed and kept in memory."""
+        """Embeddings of pieces (by BM25 doc id): those written with the notes, else computed when
+        first needed and kept in memory."""
+        history = self.history
+        ready = history.piece_vector_ready
+        if all(ready[d] for d in docs):
+            return history.piece_matrix[list(docs)] if docs else np.zeros((0, self.embedder.dim))
         missing = [d for d in docs if d not in self._piece_vectors]
         if missing:
             texts = [self.history.piece(d)[1].text for d in missing]

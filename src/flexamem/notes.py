@@ -152,6 +152,9 @@ class Note:
     writer: str = "rule"
     flagged: bool = False
     flag_reason: str | None = None
+    piece_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """MiniLM vectors of the pieces, ``(len(pieces), dim)``, written with the note (``None`` when the
+    note was written without them: dense ranking then uses the note's embedding for its pieces)."""
 
     @property
     def turn_ids(self) -> tuple[str, ...]:

@@ -7,7 +7,10 @@ two sides can never disagree.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
+from typing import Any
 
 # A compact English stop list (function words, auxiliaries, pronouns, chat fillers).
 STOP_WORDS = frozenset(
@@ -247,6 +250,33 @@ def content_words(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """The BM25 query: the SET of content words, in first-seen order."""
     return list(dict.fromkeys(content_words(text)))
+
+
+_STEMS: dict[str, str] = {}
+
+
+def stemmed(terms: Iterable[str]) -> list[str]:
+    """Snowball (Porter 2) English stems of content words, the same on both sides of ``auto``'s BM25.
+
+    Words holding a digit (codes, ids, numbers, dates) are kept exactly as they are. Stems are cached
+    per word, so an index build costs one dictionary look-up per word after the first sighting.
+    """
+    out = []
+    for t in terms:
+        s = _STEMS.get(t)
+        if s is None:
+            s = t if any(c.isdigit() for c in t) else _stemmer().stemWord(t)
+            if len(_STEMS) < 500_000:
+                _STEMS[t] = s
+        out.append(s)
+    return out
+
+
+@functools.cache
+def _stemmer() -> Any:
+    import snowballstemmer  # type: ignore[import-untyped]
+
+    return snowballstemmer.stemmer("english")
 
 
 def word_count(text: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def server() -> Iterator[LocalServer]:
 
 
 def llm(server: LocalServer, cache: Path) -> fm.OpenAICompatible:
-    return fm.OpenAICompatible(server.base_url, MODEL, cache=cache, concurrency=1, timeout=300)
+    return server.client(MODEL, cache=cache, concurrency=1, timeout=300)
 
 
 def exact_values(text: str) -> set[str]:
@@ -111,3 +112,42 @@ def test_a_real_model_reads_and_judges(server: LocalServer, tmp_path: Path) -> N
     (row,) = load_rows(tmp_path / "out")
     assert row["accuracy"] in (0.0, 1.0) and row["reader_answer"]
     assert row["evidence_verbatim"] == 1.0  # the passport turn is in the memory the model read
+
+
+def test_the_server_reports_its_own_death(tmp_path: Path) -> None:
+    """A server that dies mid-run is named as the cause (exit code, log) at once, not after retries."""
+    if WHY_NOT is not None:
+        pytest.fail(WHY_NOT)
+    with LocalServer(local_model_path()) as s:
+        client = s.client(MODEL, timeout=30)
+        assert s.dead() is None
+        assert s._proc is not None
+        s._proc.kill()
+        s._proc.wait()
+        start = time.monotonic()
+        with pytest.raises(fm.LLMError, match=r"the local server exited with code -9 \(SIGKILL\), see .*\.log"):
+            client.complete([{"role": "user", "content": "hello"}], max_tokens=4)
+        assert time.monotonic() - start < 5  # no backoff through five retries
+
+
+def test_the_built_wheel_is_portable() -> None:
+    """The llama.cpp libraries hold no AMX instructions (which crash in VMs that report AMX but forbid it),
+    and the wheel was built with native CPU detection off."""
+    import shutil
+    import subprocess
+
+    import llama_cpp
+
+    libs = sorted(Path(llama_cpp.__file__).parent.rglob("libggml*.so*"))
+    assert libs, "no ggml libraries in the installed llama_cpp package"
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) is not installed")
+    for lib in libs:
+        asm = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True).stdout
+        found = re.findall(r"\t(ldtilecfg|tdpb[su]{2}d|tdpbf16ps|tileloadd|tilezero)\b", asm)
+        assert not found, f"{lib.name} holds AMX instructions: {sorted(set(found))}"
+    opts = sorted(
+        Path(os.environ.get("FLEXAMEM_CACHE", Path.home() / ".cache" / "flexamem")).glob("wheels/*/BUILD_OPTIONS")
+    )
+    assert opts and all("-DGGML_NATIVE=OFF" in p.read_text() for p in opts)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flexamem.memory import Memory
+from flexamem.recover.bm25 import BM25Index
 from flexamem.render import format as fmt
-from flexamem.render.renderer import RenderOptions
+from flexamem.render.renderer import AUTO_ABLATIONS, RenderOptions
+from flexamem.text import content_words, query_terms
 
 SPAN_TOKENS = 150
 
@@ -29,6 +31,30 @@ class MethodContext:
     prompt: str
     span_vectors: list[np.ndarray] | None = None
     extra: dict[str, object] = field(default_factory=dict)
+
+    def turns(self) -> tuple[list[str], np.ndarray, BM25Index]:
+        """Every turn (block) as a line ``[turn id] speaker: text``, its MiniLM vector and a BM25 index
+        over the turns (computed once per history; a turn that is one piece reuses the piece vector)."""
+        cached = self.extra.get("turns")
+        if cached is None:
+            lines, texts, vectors, index = [], [], [], BM25Index()
+            todo: list[int] = []
+            for note in self.mem.history.notes:
+                for b, block in enumerate(note.blocks):
+                    lines.append(f"[{block.source_id or note.unit_id}] {block.text}")
+                    texts.append(block.text)
+                    index.add(content_words(block.text))
+                    own = [p for p in note.pieces if p.block == b]
+                    if note.piece_vectors is not None and len(own) == 1 and own[0].text == block.text.strip():
+                        vectors.append(note.piece_vectors[own[0].index])
+                    else:
+                        vectors.append(None)
+                        todo.append(len(vectors) - 1)
+            if todo:
+                for i, v in zip(todo, self.mem.embedder.embed([texts[i] for i in todo]), strict=True):
+                    vectors[i] = v
+            cached = self.extra["turns"] = (lines, np.stack(vectors), index)
+        return cached  # type: ignore[return-value]
 
     def spans(self) -> list[np.ndarray]:
         """MiniLM vectors of each unit's 150-token spans (computed once per history)."""
@@ -103,7 +129,53 @@ def unit_retrieval(ctx: MethodContext, question: str, budget: int) -> Output:
     return _raw_units(ctx, _fit(ctx, order, allowance))
 
 
+def _turn_lines(ctx: MethodContext, question: str, budget: int, order: list[int]) -> Output:
+    """Turn lines in rank order while they fit the allowance (a line that does not fit is skipped)."""
+    counter = ctx.mem.counter
+    allowance = ctx.mem.allowance(budget, counter.count(ctx.prompt) + counter.count(question))
+    lines = ctx.turns()[0]
+    chosen, used = [], 0
+    for i in order:
+        size = counter.count(lines[i]) + 1
+        if used + size <= allowance:
+            chosen.append(i)
+            used += size
+    text = "\n".join(lines[i] for i in chosen)
+    while chosen and counter.count(text) > allowance:
+        chosen.pop()
+        text = "\n".join(lines[i] for i in chosen)
+    tokens = counter.count(text)
+    return Output(text, tokens, True, {"turns": tokens})
+
+
+def score_ranks(scores: np.ndarray) -> np.ndarray:
+    """0-based rank of each entry by score desc (ties: earlier first)."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    ranks = np.empty(len(scores), dtype=np.int64)
+    ranks[order] = np.arange(len(scores))
+    return ranks
+
+
+def dense_turns(ctx: MethodContext, question: str, budget: int) -> Output:
+    """Baseline: turns by MiniLM cosine to the question."""
+    _, vectors, _ = ctx.turns()
+    sims = vectors @ ctx.mem.query_vector(question)
+    return _turn_lines(ctx, question, budget, [int(i) for i in np.lexsort((np.arange(len(sims)), -sims))])
+
+
+def hybrid_turns(ctx: MethodContext, question: str, budget: int, k: int = 60) -> Output:
+    """Baseline: turns by reciprocal rank fusion (k=60) of BM25 and MiniLM cosine."""
+    _, vectors, index = ctx.turns()
+    sims = vectors @ ctx.mem.query_vector(question)
+    bm = np.zeros(len(sims))
+    docs, scores = index.search(query_terms(question))
+    bm[docs] = scores
+    fused = 1.0 / (k + score_ranks(sims)) + np.where(bm > 0, 1.0 / (k + score_ranks(bm)), 0.0)
+    return _turn_lines(ctx, question, budget, [int(i) for i in np.lexsort((np.arange(len(fused)), -fused))])
+
+
 METHODS: dict[str, Method] = {
+    **{name: _flexamem("auto", options) for name, options in AUTO_ABLATIONS.items()},
     "unit-recovery": _flexamem("units"),
     "piece-recovery": _flexamem("pieces"),
     "timeline-only": _flexamem("units", RenderOptions(recovery=False)),
@@ -111,4 +183,6 @@ METHODS: dict[str, Method] = {
     "unit-retrieval": unit_retrieval,
     "truncation": truncation,
     "full": full_history,
+    "dense-turns": dense_turns,
+    "hybrid-turns": hybrid_turns,
 }

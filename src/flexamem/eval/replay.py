@@ -26,11 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from flexamem.eval.methods import score_ranks
 from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
+from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
 from flexamem.render.messages import Message, messages_tokens
-from flexamem.render.renderer import RenderOptions
+from flexamem.render.renderer import AUTO_ABLATIONS, RenderOptions
+from flexamem.text import query_terms
 from flexamem.write.records import RuleWriter
 from flexamem.write.units import agent_unit
 
@@ -243,7 +246,62 @@ class UnitRetrieval(Method):
         return StepContext(msgs, messages_tokens(msgs, s.counter), set(chosen) | set(range(first, len(units))))
 
 
+class PieceRetrieval(Method):
+    """Baselines: pieces of the written units ranked against task + newest unit, no timeline.
+
+    ``dense``: by MiniLM cosine of the piece vectors; ``hybrid``: reciprocal rank fusion (k=60) of
+    that and BM25 (plain content words), the simple retrieval a user could write."""
+
+    def __init__(self, traj: Trajectory, budget: int, kind: str) -> None:
+        super().__init__(traj, budget)
+        self.kind = kind
+
+    def context(self) -> StepContext:
+        s = self.session
+        fixed, p, ceiling = self.fixed()
+        units = s.units()
+        first = s.window(units)
+        window = [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+        header = "Earlier steps (retrieved pieces):\n"
+        allowance = ceiling - p - messages_tokens(window, s.counter) + 3 - s.counter.count(header) - 5
+        history = s.mem.history
+        limit = history.doc_of[first] if first < len(history.doc_of) else history.pieces_count
+        chosen: dict[int, list[int]] = {}
+        if limit and allowance > 0:
+            newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
+            v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
+            v = v / max(float(np.linalg.norm(v)), 1e-12)
+            sims = history.piece_matrix[:limit] @ v
+            fused = 1.0 / (60 + score_ranks(sims))
+            if self.kind == "hybrid":
+                bm = np.zeros(limit)
+                docs, scores = history.index.search(query_terms(s.task + "\n" + newest))
+                bm[docs[docs < limit]] = scores[docs < limit]
+                fused = fused + np.where(bm > 0, 1.0 / (60 + score_ranks(bm)), 0.0)
+            ranked = [int(d) for d in np.lexsort((np.arange(limit), -fused))]
+            chosen = select_pieces(history, ranked, allowance, s.counter, s.counter.count(fmt.PIECES_HEADER))
+        msgs = list(fixed)
+        if chosen:
+            msgs.append({"role": "user", "content": header + pieces_section(history, chosen)})
+        msgs += window
+        while messages_tokens(msgs, s.counter) > ceiling and chosen:  # joins can add a token or two
+            worst = max(chosen)
+            chosen[worst].pop()
+            if not chosen[worst]:
+                del chosen[worst]
+            msgs = [
+                *fixed,
+                *([{"role": "user", "content": header + pieces_section(history, chosen)}] if chosen else []),
+                *window,
+            ]
+        return StepContext(msgs, messages_tokens(msgs, s.counter), set(chosen) | set(range(first, len(units))))
+
+
 AGENT_METHODS: dict[str, Callable[[Trajectory, int], Method]] = {
+    **{
+        name: (lambda t, b, o=options: FlexaMem(t, b, "auto", o))  # type: ignore[misc]
+        for name, options in AUTO_ABLATIONS.items()
+    },
     "unit-recovery": lambda t, b: FlexaMem(t, b, "units", RenderOptions()),
     "piece-recovery": lambda t, b: FlexaMem(t, b, "pieces", RenderOptions()),
     "timeline-only": lambda t, b: FlexaMem(t, b, "units", RenderOptions(recovery=False)),
@@ -253,6 +311,8 @@ AGENT_METHODS: dict[str, Callable[[Trajectory, int], Method]] = {
     "masking": lambda t, b: Masking(t, b, rule_log=False),
     "masking-rule-log": lambda t, b: Masking(t, b, rule_log=True),
     "full": Full,
+    "dense-retrieval": lambda t, b: PieceRetrieval(t, b, "dense"),
+    "hybrid-retrieval": lambda t, b: PieceRetrieval(t, b, "hybrid"),
 }
 
 

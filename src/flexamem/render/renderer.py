@@ -22,14 +22,17 @@ import numpy as np
 
 from flexamem.config import Settings
 from flexamem.history import History
+from flexamem.recover.hybrid import hybrid_ranking, hybrid_scores
 from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
 from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
 from flexamem.render import format as fmt
 from flexamem.render.result import Rendering, UnitView
 from flexamem.render.timeline import Entry, Timeline, hide_oldest, total_tokens
+from flexamem.text import stemmed
 from flexamem.tokens import TokenCounter
 
-Mode = Literal["units", "pieces"]
+Mode = Literal["auto", "units", "pieces"]
+MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 
 
@@ -46,6 +49,13 @@ class RenderOptions:
     fixed_length: bool = False  # an excerpt for every candidate (never raw)
     raw_first: bool = False  # raw text to every candidate that fits first, excerpts after
     pass_through: bool = True  # show the whole history raw while it fits
+    # auto's parts (recover/hybrid.py); they change nothing in the paper's modes
+    dense: bool = True  # False: BM25 alone ranks the pieces
+    piece_vectors: bool = True  # False: a piece's cosine is its unit's (no piece vectors)
+    stemming: bool = True  # False: BM25 over plain content words
+    whole_turns: bool = True  # False: pieces ranked one by one
+    neighbours: bool = True  # False: no lift for the turns next to a ranked turn
+    small_timeline: bool = True  # False: the timeline takes rho of the allowance, as in piece recovery
 
 
 ABLATIONS: dict[str, RenderOptions] = {
@@ -59,6 +69,17 @@ ABLATIONS: dict[str, RenderOptions] = {
     "after-timeline": RenderOptions(after_timeline=True),
     "fixed-length": RenderOptions(fixed_length=True),
     "raw-first": RenderOptions(raw_first=True),
+}
+
+# what each part of ``auto`` adds: each row turns one part off (docs/CALIBRATION.md)
+AUTO_ABLATIONS: dict[str, RenderOptions] = {
+    "auto": RenderOptions(),
+    "auto-bm25-only": RenderOptions(dense=False),
+    "auto-unit-vectors": RenderOptions(piece_vectors=False),
+    "auto-no-stemming": RenderOptions(stemming=False),
+    "auto-no-whole-turns": RenderOptions(whole_turns=False),
+    "auto-no-neighbours": RenderOptions(neighbours=False),
+    "auto-rho-timeline": RenderOptions(small_timeline=False),
 }
 
 
@@ -108,8 +129,10 @@ class Renderer:
             if full is not None:
                 return full
         base = base if base is not None else self.timeline.records(n)
-        if mode == "pieces":
-            result = self._pieces(query, allowance, merge_allowance or allowance, base if options.timeline else [], n)
+        if mode in ("pieces", "auto"):
+            result = self._pieces(
+                query, allowance, merge_allowance or allowance, base if options.timeline else [], n, mode, options
+            )
         else:
             result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
         return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
@@ -224,15 +247,47 @@ class Renderer:
         return "\n".join(lines), parts
 
     # -- piece recovery ----------------------------------------------------------------------------
-    def _pieces(self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int) -> Rendering:
-        entries = self.timeline.fit(base, self.settings.rho * max(allowance, merge_allowance))
+    def _pieces(
+        self,
+        query: Query,
+        allowance: int,
+        merge_allowance: int,
+        base: list[Entry],
+        n: int,
+        mode: Mode,
+        options: RenderOptions,
+    ) -> Rendering:
+        s = self.settings
+        auto = mode == "auto"
+        if auto and options.small_timeline:  # merged down to a small share; up to rho when that cannot be
+            entries = self.timeline.fit(base, s.auto_rho * max(allowance, merge_allowance))
+            keep = s.rho * allowance
+        else:
+            entries = self.timeline.fit(base, s.rho * max(allowance, merge_allowance))
+            keep = allowance if merge_allowance <= allowance else s.rho * allowance
         spans = tuple((e.first, e.last, e.level) for e in entries)
-        entries, hidden = hide_oldest(
-            entries, allowance if merge_allowance <= allowance else self.settings.rho * allowance
-        )
+        entries, hidden = hide_oldest(entries, keep)
         room = allowance - total_tokens(entries) - (1 if entries else 0)
         header = self.counter.count(fmt.PIECES_HEADER)
-        ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
+        if auto:
+            scores = hybrid_scores(
+                self.history,
+                stemmed(query.terms) if options.stemming else query.terms,
+                query.vector(),
+                n,
+                alpha=s.auto_alpha if options.dense else 1.0,
+                stemmed=options.stemming,
+                piece_vectors=options.piece_vectors,
+            )
+            ranked = hybrid_ranking(
+                self.history,
+                scores,
+                room,
+                neighbour=s.auto_neighbour if options.neighbours else 0.0,
+                whole_turns=options.whole_turns,
+            )
+        else:
+            ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
         chosen = select_pieces(self.history, ranked, room, self.counter, header) if room > header else {}
         rank_of = {d: r for r, d in enumerate(ranked)}
         while True:
@@ -263,7 +318,7 @@ class Renderer:
             "pieces": max(tokens - record_tokens, 0) if chosen else 0,
         }
         return Rendering(
-            text, tokens, allowance, "pieces", self._views(entries, [], n, chosen), parts, timeline_spans=spans
+            text, tokens, allowance, mode, self._views(entries, [], n, chosen), parts, timeline_spans=spans
         )
 
     # -- shared ------------------------------------------------------------------------------------

@@ -192,6 +192,14 @@ class SQLiteStore:
                         for p in n.pieces
                     ],
                 )
+                if n.piece_vectors is not None:
+                    db.executemany(
+                        "INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)",
+                        [
+                            (history, n.seq, i, np.asarray(v, dtype=np.float32).tobytes())
+                            for i, v in enumerate(n.piece_vectors)
+                        ],
+                    )
             db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
             _insert_calls(db, history, calls)
 
@@ -212,9 +220,20 @@ class SQLiteStore:
         links: dict[int, list[int]] = {}
         for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ? ORDER BY rowid", (history,)):
             links.setdefault(a, []).append(b)
+        vectors: dict[int, list[bytes]] = {}
+        for seq, blob in self._read(
+            "SELECT seq, vector FROM piece_vectors WHERE history_id = ? ORDER BY seq, idx", (history,)
+        ):
+            vectors.setdefault(seq, []).append(blob)
         notes = []
         for r in rows:
             seq, raw = r[0], r[7]
+            blobs = vectors.get(seq)
+            note_vectors = (
+                np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+                if blobs and len(blobs) == len(pieces.get(seq, []))
+                else None
+            )
             keywords, tags, description = json.loads(r[11])
             notes.append(
                 Note(
@@ -250,6 +269,7 @@ class SQLiteStore:
                         )
                         for i, s, e, t, lab, lt, blk, sid in pieces.get(seq, [])
                     ),
+                    piece_vectors=note_vectors,
                 )
             )
         return notes

@@ -56,6 +56,15 @@ class NoteWriter:
         field_texts = [r.fields.as_text() for r in records]
         vectors = self.embedder.embed([embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)])
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
+        pieces = [cut_pieces(d, self.settings.kappa, self.counter) for d in drafts]
+        piece_vectors: list[np.ndarray | None] = [None] * len(drafts)
+        if self.settings.piece_vectors:
+            wanted = [i for i, ps in enumerate(pieces) if len(ps) <= self.settings.piece_vector_limit]
+            flat = self.embedder.embed([p.text for i in wanted for p in pieces[i]])
+            start = 0
+            for i in wanted:
+                piece_vectors[i] = flat[start : start + len(pieces[i])]
+                start += len(pieces[i])
         n = len(drafts)
         notes: list[Note] = []
         links: list[tuple[int, int]] = []
@@ -77,7 +86,7 @@ class NoteWriter:
                     fields=record.fields,
                     fields_tokens=counts[2 * n + i],
                     embedding=vectors[i],
-                    pieces=cut_pieces(draft, self.settings.kappa, self.counter),
+                    pieces=pieces[i],
                     blocks=draft.blocks,
                     links=tuple(targets),
                     session_id=draft.session_id,
@@ -86,6 +95,7 @@ class NoteWriter:
                     writer=record.writer,
                     flagged=record.flagged,
                     flag_reason=record.flag_reason,
+                    piece_vectors=piece_vectors[i],
                 )
             )
             calls += [dataclasses.replace(c, seq=seq) for c in record.calls]

@@ -1,0 +1,95 @@
+"""``auto``'s ranking of pieces: stemmed BM25 fused with piece cosines, whole turns, neighbouring turns.
+
+The paper's piece recovery ranks pieces by BM25 alone. On LoCoMo dev a dense retrieval over turns
+beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
+
+1. **Score** each piece ``alpha * bm25 / max(bm25) + (1 - alpha) * cos(piece, query)``. BM25 runs
+   over Snowball stems (the same on both sides; words holding a digit kept whole, so codes, ids and
+   dates stay exact terms). The piece vectors are written with the notes; a piece without one takes
+   its note's embedding.
+2. **Whole turns**: a turn (or agent block) scores as its best piece and its pieces are ranked
+   together, in text order, so a long turn is shown whole when room allows.
+3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
+   it in the same unit; an answer's question (or a question's answer) follows when room allows.
+
+All of it is numpy over arrays the history keeps, so its cost grows with the number of pieces only
+through a matrix-vector product and a sort. Which switches each part (``RenderOptions``) adds is
+measured in docs/CALIBRATION.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flexamem.history import History
+
+
+def hybrid_scores(
+    history: History,
+    terms: Sequence[str],
+    vector: np.ndarray,
+    n: int,
+    *,
+    alpha: float,
+    stemmed: bool = True,
+    piece_vectors: bool = True,
+) -> np.ndarray:
+    """The fused score of every piece of notes ``0..n-1`` (indexed by BM25 doc id).
+
+    ``terms`` must already be stemmed when ``stemmed`` is set. ``piece_vectors=False`` scores every
+    piece by its note's embedding (the ablation, and what a history written without vectors gets).
+    """
+    limit = history.doc_of[n] if n < len(history.doc_of) else history.pieces_count
+    bm = np.zeros(limit, dtype=np.float64)
+    docs, scores = (history.stem_index() if stemmed else history.index).search(terms)
+    keep = docs < limit
+    bm[docs[keep]] = scores[keep]
+    top = float(bm.max()) if limit else 0.0
+    if top > 0:
+        bm /= top
+    if piece_vectors:
+        cos = history.piece_matrix[:limit] @ vector
+    else:
+        unit_cos = history.embeddings[:n] @ vector
+        cos = unit_cos[history.doc_arrays()[0][:limit]]
+    fused: np.ndarray = alpha * bm + (1.0 - alpha) * cos.astype(np.float64)
+    return fused
+
+
+def hybrid_ranking(
+    history: History,
+    scores: np.ndarray,
+    room: int,
+    *,
+    neighbour: float,
+    whole_turns: bool = True,
+) -> list[int]:
+    """Doc ids in rank order (turns together, neighbours lifted), cut once the ranked pieces hold
+    well over ``room`` tokens (a piece that does not fit is skipped, so some spare ones are kept)."""
+    limit = len(scores)
+    if limit == 0:
+        return []
+    doc_seq, turn_start = history.doc_arrays()
+    starts_mask = turn_start[:limit] if whole_turns else np.ones(limit, dtype=bool)
+    starts = np.flatnonzero(starts_mask)
+    ends = np.append(starts[1:], limit)
+    group_score = np.maximum.reduceat(scores, starts)
+    if neighbour > 0 and len(starts) > 1:
+        seqs = doc_seq[starts]
+        same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note
+        lifted = group_score.copy()
+        lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * group_score[:-1]), lifted[1:])
+        lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * group_score[1:]), lifted[:-1])
+        group_score = lifted
+    order = np.lexsort((np.arange(len(starts)), -group_score))
+    out: list[int] = []
+    used, cap = 0, 3 * room + 2048
+    for g in order:
+        for d in range(int(starts[g]), int(ends[g])):
+            out.append(d)
+            used += history.piece(d)[1].tokens
+        if used > cap:
+            break
+    return out
