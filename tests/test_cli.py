@@ -13,6 +13,31 @@ def test_demo_prints_notes(tmp_path: Path, capsys) -> None:  # type: ignore[no-u
     assert "CR-88412" in capsys.readouterr().out
 
 
+def test_the_demo_answers_its_own_question(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "d.db"
+    assert main(["demo", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    render = out.split("--- render(", 1)[1].split("--- what it shows", 1)[0]
+    assert "mode 'auto'" in render
+    assert "I asked them to refund it to my Visa ending 4417." in render  # the answer line, verbatim
+    explained = out.split("--- what it shows, and why ---", 1)[1].split("---", 1)[0]
+    assert "from s3" in explained and "tokens by part" in explained
+    assert f"Database: {db}" in out and "flexamem render --db" in out
+    # the printed CLI line works and shows the answer
+    assert main(["render", "--db", str(db), "Which card should the hotel refund go to?", "--budget", "400"]) == 0
+    assert "Visa ending 4417" in capsys.readouterr().out
+
+
+def test_render_command_refuses_bad_input(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    db = tmp_path / "d.db"
+    assert main(["demo", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["render", "--db", str(db), "q", "--history", "nope"]) == 2
+    assert "has no notes" in capsys.readouterr().err
+    assert main(["render", "--db", str(db), "   ", "--budget", "400"]) == 2
+    assert "query is empty" in capsys.readouterr().err
+
+
 def test_errors_are_reported_not_raised(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["ingest", "--data", str(tmp_path / "bad.json"), "--db", str(tmp_path / "x.db")]) == 2

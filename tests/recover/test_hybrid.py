@@ -1,0 +1,159 @@
+"""auto's ranking: stemmed BM25 fused with piece vectors, whole turns, neighbouring turns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flexamem as fm
+from flexamem.recover.hybrid import hybrid_ranking, hybrid_scores
+from flexamem.text import content_words, stemmed
+
+
+def test_stems_join_word_forms_and_keep_codes_exact() -> None:
+    assert stemmed(["refunds", "refunded", "refund"]) == ["refund"] * 3
+    assert stemmed(["flights", "tp1351", "2023", "cr88412s"]) == ["flight", "tp1351", "2023", "cr88412s"]
+
+
+def history_mem(tmp_path: Path | None = None, **settings: object) -> fm.Memory:
+    mem = fm.Memory(tmp_path / "m.db" if tmp_path else ":memory:", settings=fm.Settings(**settings))  # type: ignore[arg-type]
+    mem.add_session(
+        [
+            {"speaker": "Ana", "text": "The weather was grey all week.", "id": "D1:1"},
+            {"speaker": "Ben", "text": "Where did you send the hotel money?", "id": "D1:2"},
+            {"speaker": "Ana", "text": "They refunded it to my Visa ending 4417.", "id": "D1:3"},
+            {"speaker": "Ben", "text": "Good. My cat sleeps all day.", "id": "D1:4"},
+        ],
+        session_id="s1",
+    )
+    mem.add_session(
+        [
+            {"speaker": "Ana", "text": "Pottery class is on Thursday.", "id": "D2:1"},
+            {"speaker": "Ben", "text": "Clara wants to join it.", "id": "D2:2"},
+        ],
+        session_id="s2",
+    )
+    return mem
+
+
+def test_stemmed_bm25_matches_other_word_forms() -> None:
+    mem = history_mem()
+    h = mem.history
+    q = mem.query_vector("refunds")
+    plain = hybrid_scores(h, ["refunds"], q, len(h), alpha=1.0, stemmed=False)
+    stem = hybrid_scores(h, stemmed(["refunds"]), q, len(h), alpha=1.0, stemmed=True)
+    assert plain.max() == 0  # "refunds" is not a word of the history
+    assert int(np.argmax(stem)) == 2 and stem[2] == pytest.approx(1.0)  # max-normalised
+
+
+def test_scores_fuse_normalised_bm25_with_piece_cosines() -> None:
+    mem = history_mem()
+    h = mem.history
+    q = mem.query_vector("Visa card refund")
+    terms = stemmed(content_words("Visa card refund"))
+    dense = hybrid_scores(h, terms, q, len(h), alpha=0.0)
+    assert np.allclose(dense, h.piece_matrix @ q)
+    bm = hybrid_scores(h, terms, q, len(h), alpha=1.0)
+    both = hybrid_scores(h, terms, q, len(h), alpha=0.5)
+    assert np.allclose(both, 0.5 * bm + 0.5 * dense)
+    # without piece vectors, a piece's cosine is its unit's
+    units = hybrid_scores(h, terms, q, len(h), alpha=0.0, piece_vectors=False)
+    assert np.allclose(units[:4], float(h.embeddings[0] @ q)) and np.allclose(units[4:], float(h.embeddings[1] @ q))
+    # only notes 0..n-1 are scored
+    assert len(hybrid_scores(h, terms, q, 1, alpha=0.5)) == h.doc_of[1]
+
+
+def test_neighbours_are_lifted_within_their_unit_only() -> None:
+    mem = history_mem()
+    h = mem.history
+    scores = np.zeros(h.pieces_count)
+    scores[2] = 1.0  # the refund answer
+    scores[4] = 0.3  # the pottery turn of the next unit
+    plain = hybrid_ranking(h, scores, 10_000, neighbour=0.0)
+    lifted = hybrid_ranking(h, scores, 10_000, neighbour=0.5)
+    assert plain[:2] == [2, 4]
+    assert lifted[:4] == [2, 1, 3, 4]  # the question before and the turn after the answer come next
+    # doc 3 (last of unit 0) does not lift doc 4 (first of unit 1) above doc 5, nor the other way
+    scores2 = np.zeros(h.pieces_count)
+    scores2[3] = 1.0
+    assert hybrid_ranking(h, scores2, 10_000, neighbour=0.5)[:2] == [3, 2]
+
+
+def test_a_long_turn_is_ranked_whole() -> None:
+    mem = fm.Memory(settings=fm.Settings(kappa=8))
+    mem.add_session(
+        [
+            {"speaker": "Ana", "text": " ".join(f"word{i}" for i in range(30)), "id": "a"},
+            {"speaker": "Ben", "text": "short", "id": "b"},
+        ],
+        session_id="s1",
+    )
+    h = mem.history
+    turn_a = [d for d in range(h.pieces_count) if h.piece(d)[1].source_id == "a"]
+    assert len(turn_a) >= 3
+    scores = np.zeros(h.pieces_count)
+    scores[turn_a[-1]] = 1.0  # its last piece matches
+    whole = hybrid_ranking(h, scores, 10_000, neighbour=0.0)
+    assert whole[: len(turn_a)] == turn_a  # the whole turn, in text order
+    single = hybrid_ranking(h, scores, 10_000, neighbour=0.0, whole_turns=False)
+    assert single[0] == turn_a[-1] and single[1] == turn_a[0]
+
+
+def test_ranking_stops_well_past_the_room() -> None:
+    mem = history_mem()
+    h = mem.history
+    scores = np.arange(h.pieces_count, dtype=float)
+    assert len(hybrid_ranking(h, scores, 10_000, neighbour=0.5)) == h.pieces_count
+    short = hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5)
+    assert short == []
+
+
+def test_piece_vectors_are_written_once_and_reloaded(tmp_path: Path) -> None:
+    mem = history_mem(tmp_path)
+    before = mem.history.piece_matrix.copy()
+    assert all(mem.history.piece_vector_ready)
+    note = mem.notes()[0]
+    assert note.piece_vectors is not None and note.piece_vectors.shape == (len(note.pieces), 384)
+    assert np.allclose(note.piece_vectors[2], mem.embedder.embed([note.pieces[2].text])[0], atol=1e-5)
+    mem.close()
+    again = fm.Memory(tmp_path / "m.db")
+    assert np.array_equal(again.history.piece_matrix, before)
+    assert all(again.history.piece_vector_ready)
+
+
+def test_units_over_the_limit_or_written_without_vectors_use_their_embedding() -> None:
+    mem = history_mem(piece_vector_limit=3)  # unit s1 has 4 pieces, s2 has 2
+    h = mem.history
+    assert h.piece_vector_ready == [False] * 4 + [True] * 2
+    assert np.array_equal(h.piece_matrix[0], h.embeddings[0])
+    off = history_mem(piece_vectors=False)
+    assert not any(off.history.piece_vector_ready)
+    r = off.render("Which card got the hotel refund?", 70)  # auto still renders, BM25 + unit cosines
+    assert "Visa ending 4417" in r.text
+
+
+def test_auto_is_the_default_and_shows_the_answer_with_its_question() -> None:
+    mem = history_mem()
+    r = mem.render("Which card got the refund?", 70)
+    assert r.mode == "auto" and not r.pass_through
+    assert "They refunded it to my Visa ending 4417." in r.text
+    assert "Where did you send the hotel money?" in r.text  # the neighbour (the question) came with it
+    assert r.tokens <= r.allowance
+    assert r.view("s1").pieces
+
+
+def test_auto_ablations_change_only_their_part() -> None:
+    from flexamem.render.renderer import AUTO_ABLATIONS
+
+    mem = history_mem()
+    texts = {name: mem.render("Which card got the refund?", 70, options=o).text for name, o in AUTO_ABLATIONS.items()}
+    assert all("Visa ending 4417" in t for n, t in texts.items() if n != "auto-rho-timeline")
+    assert "· merged]" in texts["auto-rho-timeline"] and "· merged]" not in texts["auto"]  # rho: timeline first
+    assert (
+        "Where did you send the hotel money?" not in texts["auto-no-neighbours"]
+        or texts["auto-no-neighbours"] == texts["auto"]
+    )
+    with pytest.raises(fm.InvalidInputError, match="unknown mode"):
+        mem.render("q", 100, mode="hybrid")
