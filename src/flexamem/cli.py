@@ -22,7 +22,7 @@ from flexamem.cli_llm import (
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.notes import Note
-from flexamem.render.renderer import MODES
+from flexamem.render.renderer import AUTO_ABLATIONS, MODES
 from flexamem.render.result import Rendering
 from flexamem.tokens import counter
 
@@ -38,9 +38,13 @@ def _print_note(note: Note, out: list[str]) -> None:
     )
 
 
-QA_METHODS = "unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full"
+QA_METHODS = (
+    "auto,unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,dense-turns,hybrid-turns,truncation,"
+    "timeline-only,full"
+)
 AGENT_METHODS = (
-    "unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,piece-retrieval,unit-retrieval"
+    "auto,unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,piece-retrieval,"
+    "unit-retrieval,dense-retrieval,hybrid-retrieval"
 )
 
 
@@ -265,9 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
     p.add_argument(
         "--methods",
-        help="default: unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,truncation,timeline-only,full "
-        "(trajectories: unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,"
-        "piece-retrieval,unit-retrieval)",
+        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); auto's ablations: "
+        + ",".join(n for n in AUTO_ABLATIONS if n != "auto"),
     )
     p.add_argument(
         "--format",

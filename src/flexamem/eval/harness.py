@@ -37,6 +37,7 @@ MEASURES = (
     "latency_ms",
 )
 BINARY = ("all_evidence", "answer_contained", "accuracy")
+PER_CATEGORY = ("evidence_verbatim", "accuracy")  # also reported per question category
 NO_ANSWER = "(none: the history does not say)"
 
 
@@ -224,21 +225,22 @@ def summarise(
                     "ci_high": hi,
                 }
             )
-        judged = [r for r in rs if r.get("accuracy") is not None and r.get("category")]
-        for category in sorted({str(r["category"]) for r in judged}):
-            values = [float(r["accuracy"]) for r in judged if str(r["category"]) == category]
-            lo, hi = bootstrap_ci(values, None, resamples=resamples)
-            results.append(
-                {
-                    "method": method,
-                    "budget": budget,
-                    "measure": f"accuracy:{category}",
-                    "value": sum(values) / len(values),
-                    "n": len(values),
-                    "ci_low": lo,
-                    "ci_high": hi,
-                }
-            )
+        for per in PER_CATEGORY:  # e.g. accuracy:single-hop, evidence_verbatim:temporal
+            judged = [r for r in rs if r.get(per) is not None and r.get("category")]
+            for category in sorted({str(r["category"]) for r in judged}):
+                values = [float(r[per]) for r in judged if str(r["category"]) == category]
+                lo, hi = bootstrap_ci(values, None, resamples=resamples)
+                results.append(
+                    {
+                        "method": method,
+                        "budget": budget,
+                        "measure": f"{per}:{category}",
+                        "value": sum(values) / len(values),
+                        "n": len(values),
+                        "ci_low": lo,
+                        "ci_high": hi,
+                    }
+                )
         results.append(
             {
                 "method": method,
@@ -254,7 +256,7 @@ def summarise(
     comparisons = _comparisons(rows, resamples, binary, paired)
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
     names = {str(r["measure"]) for r in results}
-    shown = [*measures, *sorted(n for n in names if n.startswith("accuracy:"))]
+    shown = [*measures, *sorted(n for n in names if n.split(":")[0] in PER_CATEGORY and ":" in n)]
     (out / "results.md").write_text(markdown(results, comparisons, shown, paired))
     return results
 
@@ -283,7 +285,7 @@ def _comparisons(
     budgets = sorted({r["budget"] for r in rows})
     items = sorted({r["item"] for r in rows})
     out = []
-    for ours in ("piece-recovery", "unit-recovery"):
+    for ours in ("auto", "piece-recovery", "unit-recovery"):
         for other in methods:
             if other == ours or ours not in methods:
                 continue
