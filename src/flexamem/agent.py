@@ -41,6 +41,7 @@ from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_t
 if TYPE_CHECKING:
     from flexamem.memory import Memory
 
+AGENT_DEFAULT_MODE = "units"  # the paper's; auto did not beat piece retrieval for agents (EVALUATION_AGENTS.md)
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
 
 
@@ -159,7 +160,7 @@ class AgentSession:
         self._remember(step, msgs)
         return step.number
 
-    async def acontext(self, options: RenderOptions | None = None, mode: str = "auto") -> AgentContext:
+    async def acontext(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
         return await asyncio.to_thread(self.context, options, mode)
 
@@ -204,15 +205,16 @@ class AgentSession:
         out.append({"role": "user", "content": self.task})
         return out
 
-    def messages(self, options: RenderOptions | None = None, mode: str = "auto") -> list[Message]:
+    def messages(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> list[Message]:
         return self.context(options, mode).messages
 
-    def context(self, options: RenderOptions | None = None, mode: str = "auto") -> AgentContext:
+    def context(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
-        ``mode`` is ``"auto"`` (the default: the timeline plus the pieces of a hybrid ranking against
-        the task with the newest unit), or the paper's ``"units"`` (unit recovery) or ``"pieces"``
-        (piece recovery).
+        ``mode`` is ``"units"`` (the default, the paper's unit recovery), ``"pieces"`` (piece recovery
+        against the task with the newest unit: the best measured on the development trajectories) or
+        ``"auto"`` (the readers' default; its dense half did not help on agent histories yet, see
+        docs/EVALUATION_AGENTS.md).
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")

@@ -95,6 +95,20 @@ class Method:
         fixed = s.fixed_messages()
         return fixed, messages_tokens(fixed, s.counter), s.mem.ceiling(s.budget)
 
+    def window(self) -> tuple[list[list[int]], int, list[Message]]:
+        """The session's units, the first unit of its recent window and the window's messages."""
+        s = self.session
+        units = s.units()
+        first = s.window(units)
+        return units, first, [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+
+    def query_vector(self, units: list[list[int]]) -> np.ndarray:
+        """The agent query of the paper: the task's vector plus the newest unit's, normalised."""
+        s = self.session
+        newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
+        v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
+        return np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32)
+
 
 class FlexaMem(Method):
     def __init__(self, traj: Trajectory, budget: int, mode: str, options: RenderOptions) -> None:
@@ -219,14 +233,10 @@ class UnitRetrieval(Method):
     def context(self) -> StepContext:
         s = self.session
         fixed, p, ceiling = self.fixed()
-        units = s.units()
-        first = s.window(units)
-        window = [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+        units, first, window = self.window()
         allowance = ceiling - p - sum(s._unit_tokens(units[k]) for k in range(first, len(units))) - 12
         notes = s.mem.history.notes[:first]
-        newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
-        v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
-        v = v / max(float(np.linalg.norm(v)), 1e-12)
+        v = self.query_vector(units)
         best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
         chosen, used = [], 0
         for seq in sorted(range(len(notes)), key=lambda j: (-best[j], j)):
@@ -259,9 +269,7 @@ class PieceRetrieval(Method):
     def context(self) -> StepContext:
         s = self.session
         fixed, p, ceiling = self.fixed()
-        units = s.units()
-        first = s.window(units)
-        window = [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+        units, first, window = self.window()
         header = "Earlier steps (retrieved pieces):\n"
         allowance = ceiling - p - messages_tokens(window, s.counter) + 3 - s.counter.count(header) - 5
         history = s.mem.history
@@ -269,9 +277,7 @@ class PieceRetrieval(Method):
         chosen: dict[int, list[int]] = {}
         if limit and allowance > 0:
             newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
-            v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
-            v = v / max(float(np.linalg.norm(v)), 1e-12)
-            sims = history.piece_matrix[:limit] @ v
+            sims = history.piece_matrix[:limit] @ self.query_vector(units)
             fused = 1.0 / (60 + score_ranks(sims))
             if self.kind == "hybrid":
                 bm = np.zeros(limit)
