@@ -99,15 +99,17 @@ class FakeOpenAI:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    self._answer(body)
+                    if server.delay_s:  # the model "thinking": counted as in flight
+                        time.sleep(server.delay_s)
                 finally:
+                    # out of flight before the answer is written: once the client has read it, it may
+                    # send its next request, which must not be counted with this one
                     with server._lock:
                         server.in_flight -= 1
+                self._answer(body)
 
             def _answer(self, body: dict[str, Any]) -> None:
                 fault = server._next_fault()
-                if server.delay_s:
-                    time.sleep(server.delay_s)
                 if fault == "cut":
                     self.close_connection = True
                     self.connection.shutdown(2)
