@@ -24,8 +24,9 @@ def test_the_demo_answers_its_own_question(tmp_path: Path, capsys) -> None:  # t
     assert "from s3" in explained and "tokens by part" in explained
     assert f"Database: {db}" in out and "flexamem render --db" in out
     # the printed CLI line works and shows the answer
-    assert main(["render", "--db", str(db), "Which card should the hotel refund go to?", "--budget", "400"]) == 0
-    assert "Visa ending 4417" in capsys.readouterr().out
+    assert main(["render", "--db", str(db), "Which card should the hotel refund go to?", "--budget", "260"]) == 0
+    rendered = capsys.readouterr()
+    assert "Visa ending 4417" in rendered.out and "mode auto" in rendered.err
 
 
 def test_render_command_refuses_bad_input(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -36,6 +37,9 @@ def test_render_command_refuses_bad_input(tmp_path: Path, capsys) -> None:  # ty
     assert "has no notes" in capsys.readouterr().err
     assert main(["render", "--db", str(db), "   ", "--budget", "400"]) == 2
     assert "query is empty" in capsys.readouterr().err
+    missing = tmp_path / "typo.db"
+    assert main(["render", "--db", str(missing), "q"]) == 2
+    assert "no database" in capsys.readouterr().err and not missing.exists()
 
 
 def test_errors_are_reported_not_raised(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -253,24 +253,29 @@ class AgentSession:
         tokens = messages_tokens(messages, self.counter)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
+    def newest_text(self) -> str:
+        """The newest unit's raw text: with the task, what this call's memory is recovered against."""
+        return agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw
+
+    def query_vector(self, newest: str | None = None) -> np.ndarray:
+        """The agent query's embedding (SPEC 4): task vector + newest unit's vector, normalised.
+        The task is embedded once; the newest unit once per distinct text (a repeated call embeds nothing)."""
+        newest = self.newest_text() if newest is None else newest
+        if self._newest_vector is None or self._newest_vector[0] != newest:
+            if self._task_vector is None:
+                self._task_vector = self.mem.embedder.embed([self.task])[0]
+            v = self._task_vector + self.mem.embedder.embed([newest])[0]
+            self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
+        return self._newest_vector[1]
+
     def _render(self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str) -> Rendering:
         mem, hid = self.mem, self.mem.history_id
-        newest = agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw
-        if self._task_vector is None:
-            self._task_vector = mem.embedder.embed([self.task])[0]
-        task_vector = self._task_vector
-
-        def vector() -> np.ndarray:
-            if self._newest_vector is None or self._newest_vector[0] != newest:
-                v = task_vector + mem.embedder.embed([newest])[0]
-                self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
-            return self._newest_vector[1]
-
+        newest = self.newest_text()
         query = Query(
             text=self.task + "\n" + newest,
             terms=query_terms(self.task + "\n" + newest),
             excerpt_terms=query_terms(newest),
-            vector=vector,
+            vector=lambda: self.query_vector(newest),
         )
         spans = self._spans
         renderer = mem.renderer

@@ -90,7 +90,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     lines += [
         "",
         f"Database: {db}",
-        f'Render from the command line: flexamem render --db {db} "{DEMO_QUESTION}" --budget 400',
+        f'Render from the command line: flexamem render --db {db} "{DEMO_QUESTION}" --budget {DEMO_BUDGET}',
     ]
     print("\n".join(lines))
     return 0
@@ -110,7 +110,7 @@ def _explain(mem: Memory, r: Rendering) -> list[str]:
     for v in r.shown:
         by_resolution.setdefault(v.resolution, []).append(v.unit_id)
     if by_resolution.get("hidden"):
-        out.append(f"timeline: {', '.join(by_resolution['hidden'])} not shown as records (the budget is tiny)")
+        out.append(f"timeline: {', '.join(by_resolution['hidden'])} hidden for this call (no room left for records)")
     for resolution in ("record", "merged"):
         if by_resolution.get(resolution):
             out.append(f"timeline: {', '.join(by_resolution[resolution])} as {resolution} records")
@@ -119,6 +119,8 @@ def _explain(mem: Memory, r: Rendering) -> list[str]:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    if not Path(args.db).is_file():
+        raise InvalidInputError(f"no database at {args.db}")  # never create an empty one by a typo
     with Memory(args.db, history=args.history) as mem:
         if len(mem) == 0:
             raise InvalidInputError(f"history {args.history!r} of {args.db} has no notes")

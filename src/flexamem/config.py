@@ -52,7 +52,7 @@ class Settings:
     piece_vectors: bool = True
     """Embed every piece at write time (stored with the note), for the dense half of ``auto``'s
     ranking. Costs one MiniLM pass per piece at ingest; without them ``auto`` scores a piece by its
-    unit's embedding (docs/CALIBRATION.md measures both)."""
+    unit's embedding (the ``auto-unit-vectors`` row of docs/EVALUATION.md measures both)."""
 
     piece_vector_limit: int = 128
     """A unit with more pieces than this (a huge tool output, a pasted file: ~16k tokens) is written

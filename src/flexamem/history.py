@@ -30,11 +30,11 @@ class History:
         self.unit_ids: dict[str, int] = {}
         self.token_cache: dict[object, int] = {}
         # auto's hybrid ranking: piece vectors (a note's embedding stands in for pieces written without
-        # them), the turn each piece belongs to, and a BM25 index over stemmed words (built on first use)
+        # them), the turn each piece belongs to, and a BM25 index over stemmed words
         self._piece_matrix = np.zeros((16, dim), dtype=np.float32)
         self.piece_vector_ready: list[bool] = []
         self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
-        self._stem_index: BM25Index | None = None
+        self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self._doc_arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # render-side counts of short fixed strings (headers)
 
@@ -59,7 +59,9 @@ class History:
             self._add_piece_vectors(note)
             previous: object = None
             for piece in note.pieces:
-                self.index.add(content_words(piece.text))
+                words = content_words(piece.text)
+                self.index.add(words)
+                self.stem_index.add(stemmed(words))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
@@ -92,15 +94,6 @@ class History:
             seqs = np.fromiter((s for s, _ in self.piece_of), dtype=np.int64, count=len(self.piece_of))
             cached = self._doc_arrays = (seqs, np.asarray(self.turn_start, dtype=bool))
         return cached
-
-    def stem_index(self) -> BM25Index:
-        """BM25 over the stemmed content words of every piece (caught up with new pieces on each call)."""
-        if self._stem_index is None:
-            self._stem_index = BM25Index()
-        index = self._stem_index
-        for doc in range(len(index), len(self.piece_of)):
-            index.add(stemmed(content_words(self.piece(doc)[1].text)))
-        return index
 
     def turn_pieces(self, seq: int) -> dict[str, frozenset[int]]:
         """Piece indexes of each turn (by source id) of note ``seq`` (computed once)."""

@@ -41,9 +41,9 @@ def history_mem(tmp_path: Path | None = None, **settings: object) -> fm.Memory:
 def test_stemmed_bm25_matches_other_word_forms() -> None:
     mem = history_mem()
     h = mem.history
-    q = mem.query_vector("refunds")
-    plain = hybrid_scores(h, ["refunds"], q, len(h), alpha=1.0, stemmed=False)
-    stem = hybrid_scores(h, stemmed(["refunds"]), q, len(h), alpha=1.0, stemmed=True)
+    qv = mem.query_vector("refunds")
+    plain = hybrid_scores(h, ["refunds"], lambda: qv, len(h), alpha=1.0, stemmed=False)
+    stem = hybrid_scores(h, stemmed(["refunds"]), lambda: qv, len(h), alpha=1.0, stemmed=True)
     assert plain.max() == 0  # "refunds" is not a word of the history
     assert int(np.argmax(stem)) == 2 and stem[2] == pytest.approx(1.0)  # max-normalised
 
@@ -51,18 +51,18 @@ def test_stemmed_bm25_matches_other_word_forms() -> None:
 def test_scores_fuse_normalised_bm25_with_piece_cosines() -> None:
     mem = history_mem()
     h = mem.history
-    q = mem.query_vector("Visa card refund")
+    qv = mem.query_vector("Visa card refund")
     terms = stemmed(content_words("Visa card refund"))
-    dense = hybrid_scores(h, terms, q, len(h), alpha=0.0)
-    assert np.allclose(dense, h.piece_matrix @ q)
-    bm = hybrid_scores(h, terms, q, len(h), alpha=1.0)
-    both = hybrid_scores(h, terms, q, len(h), alpha=0.5)
+    dense = hybrid_scores(h, terms, lambda: qv, len(h), alpha=0.0)
+    assert np.allclose(dense, h.piece_matrix @ qv)
+    bm = hybrid_scores(h, terms, lambda: qv, len(h), alpha=1.0)
+    both = hybrid_scores(h, terms, lambda: qv, len(h), alpha=0.5)
     assert np.allclose(both, 0.5 * bm + 0.5 * dense)
     # without piece vectors, a piece's cosine is its unit's
-    units = hybrid_scores(h, terms, q, len(h), alpha=0.0, piece_vectors=False)
-    assert np.allclose(units[:4], float(h.embeddings[0] @ q)) and np.allclose(units[4:], float(h.embeddings[1] @ q))
+    units = hybrid_scores(h, terms, lambda: qv, len(h), alpha=0.0, piece_vectors=False)
+    assert np.allclose(units[:4], float(h.embeddings[0] @ qv)) and np.allclose(units[4:], float(h.embeddings[1] @ qv))
     # only notes 0..n-1 are scored
-    assert len(hybrid_scores(h, terms, q, 1, alpha=0.5)) == h.doc_of[1]
+    assert len(hybrid_scores(h, terms, lambda: qv, 1, alpha=0.5)) == h.doc_of[1]
 
 
 def test_neighbours_are_lifted_within_their_unit_only() -> None:
@@ -102,12 +102,20 @@ def test_a_long_turn_is_ranked_whole() -> None:
 
 
 def test_ranking_stops_well_past_the_room() -> None:
-    mem = history_mem()
+    mem = fm.Memory(settings=fm.Settings(piece_vectors=False))
+    turns = [{"speaker": "A", "text": f"line {i} about the garden and the weather today"} for i in range(400)]
+    mem.add_session(turns, session_id="s1")
     h = mem.history
+    total = sum(h.piece(d)[1].tokens for d in range(h.pieces_count))
+    assert total > 3 * 10 + 2048 + 500  # more than the cap for a 10-token room
     scores = np.arange(h.pieces_count, dtype=float)
-    assert len(hybrid_ranking(h, scores, 10_000, neighbour=0.5)) == h.pieces_count
-    short = hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5)
-    assert short == []
+    short = hybrid_ranking(h, scores, 10, neighbour=0.5)
+    held = sum(h.piece(d)[1].tokens for d in short)
+    assert len(short) < h.pieces_count
+    assert 3 * 10 + 2048 < held <= 3 * 10 + 2048 + max(h.piece(d)[1].tokens for d in short)
+    assert short[0] == h.pieces_count - 1  # best first
+    assert len(hybrid_ranking(h, scores, 10**6, neighbour=0.5)) == h.pieces_count  # a large room: all
+    assert hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5) == []
 
 
 def test_piece_vectors_are_written_once_and_reloaded(tmp_path: Path) -> None:
@@ -144,11 +152,13 @@ def test_auto_is_the_default_and_shows_the_answer_with_its_question() -> None:
     assert r.view("s1").pieces
 
 
-def test_auto_ablations_change_only_their_part() -> None:
+def test_auto_ablations_render_within_the_budget_and_switch_their_part() -> None:
     from flexamem.render.renderer import AUTO_ABLATIONS
 
     mem = history_mem()
-    texts = {name: mem.render("Which card got the refund?", 70, options=o).text for name, o in AUTO_ABLATIONS.items()}
+    renders = {name: mem.render("Which card got the refund?", 70, options=o) for name, o in AUTO_ABLATIONS.items()}
+    assert all(r.tokens <= r.allowance and r.mode == "auto" for r in renders.values())
+    texts = {name: r.text for name, r in renders.items()}
     assert all("Visa ending 4417" in t for n, t in texts.items() if n != "auto-rho-timeline")
     assert "· merged]" in texts["auto-rho-timeline"] and "· merged]" not in texts["auto"]  # rho: timeline first
     assert (

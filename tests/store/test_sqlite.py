@@ -108,8 +108,6 @@ def test_caches_accounting_and_state() -> None:
     s.put_merged("h", m)
     s.put_merged("h", MergedRecord(0, 3, 1, "other", 1, "rule"))  # first write wins
     assert s.load_merged("h") == [m]
-    s.put_piece_vectors("h", [(0, 1, np.ones(4, dtype=np.float32))])
-    assert np.array_equal(s.load_piece_vectors("h")[(0, 1)], np.ones(4))
     s.record_llm_call("h", LLMCall("record", "m", 100, 20, seq=0))
     assert s.llm_calls("h") == [LLMCall("record", "m", 100, 20, 0, False)]
     s.set_state("h", "window", [1, 2])

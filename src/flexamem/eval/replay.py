@@ -102,13 +102,6 @@ class Method:
         first = s.window(units)
         return units, first, [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
 
-    def query_vector(self, units: list[list[int]]) -> np.ndarray:
-        """The agent query of the paper: the task's vector plus the newest unit's, normalised."""
-        s = self.session
-        newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
-        v = s.mem.embedder.embed([s.task, newest]).sum(axis=0)
-        return np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32)
-
 
 class FlexaMem(Method):
     def __init__(self, traj: Trajectory, budget: int, mode: str, options: RenderOptions) -> None:
@@ -236,7 +229,7 @@ class UnitRetrieval(Method):
         units, first, window = self.window()
         allowance = ceiling - p - sum(s._unit_tokens(units[k]) for k in range(first, len(units))) - 12
         notes = s.mem.history.notes[:first]
-        v = self.query_vector(units)
+        v = s.query_vector()
         best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
         chosen, used = [], 0
         for seq in sorted(range(len(notes)), key=lambda j: (-best[j], j)):
@@ -276,30 +269,27 @@ class PieceRetrieval(Method):
         limit = history.doc_of[first] if first < len(history.doc_of) else history.pieces_count
         chosen: dict[int, list[int]] = {}
         if limit and allowance > 0:
-            newest = agent_unit([s.steps[i] for i in units[-1]], unit_id="newest").raw
-            sims = history.piece_matrix[:limit] @ self.query_vector(units)
+            sims = history.piece_matrix[:limit] @ s.query_vector()
             fused = 1.0 / (60 + score_ranks(sims))
             if self.kind == "hybrid":
                 bm = np.zeros(limit)
-                docs, scores = history.index.search(query_terms(s.task + "\n" + newest))
+                docs, scores = history.index.search(query_terms(s.task + "\n" + s.newest_text()))
                 bm[docs[docs < limit]] = scores[docs < limit]
                 fused = fused + np.where(bm > 0, 1.0 / (60 + score_ranks(bm)), 0.0)
             ranked = [int(d) for d in np.lexsort((np.arange(limit), -fused))]
             chosen = select_pieces(history, ranked, allowance, s.counter, s.counter.count(fmt.PIECES_HEADER))
-        msgs = list(fixed)
-        if chosen:
-            msgs.append({"role": "user", "content": header + pieces_section(history, chosen)})
-        msgs += window
+
+        def build() -> list[Message]:
+            memory = [{"role": "user", "content": header + pieces_section(history, chosen)}] if chosen else []
+            return [*fixed, *memory, *window]
+
+        msgs = build()
         while messages_tokens(msgs, s.counter) > ceiling and chosen:  # joins can add a token or two
             worst = max(chosen)
             chosen[worst].pop()
             if not chosen[worst]:
                 del chosen[worst]
-            msgs = [
-                *fixed,
-                *([{"role": "user", "content": header + pieces_section(history, chosen)}] if chosen else []),
-                *window,
-            ]
+            msgs = build()
         return StepContext(msgs, messages_tokens(msgs, s.counter), set(chosen) | set(range(first, len(units))))
 
 

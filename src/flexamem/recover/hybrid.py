@@ -13,13 +13,13 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    it in the same unit; an answer's question (or a question's answer) follows when room allows.
 
 All of it is numpy over arrays the history keeps, so its cost grows with the number of pieces only
-through a matrix-vector product and a sort. Which switches each part (``RenderOptions``) adds is
-measured in docs/CALIBRATION.md.
+through a matrix-vector product and a sort. What each part adds (its ``RenderOptions`` switch off)
+is measured in docs/EVALUATION.md; the three numbers are calibrated in docs/CALIBRATION.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from flexamem.history import History
 def hybrid_scores(
     history: History,
     terms: Sequence[str],
-    vector: np.ndarray,
+    vector: Callable[[], np.ndarray],
     n: int,
     *,
     alpha: float,
@@ -38,21 +38,24 @@ def hybrid_scores(
 ) -> np.ndarray:
     """The fused score of every piece of notes ``0..n-1`` (indexed by BM25 doc id).
 
-    ``terms`` must already be stemmed when ``stemmed`` is set. ``piece_vectors=False`` scores every
-    piece by its note's embedding (the ablation, and what a history written without vectors gets).
+    ``terms`` must already be stemmed when ``stemmed`` is set. ``vector`` (the query's embedding) is
+    only asked for when the cosine counts (``alpha < 1``). ``piece_vectors=False`` scores every piece
+    by its note's embedding (the ablation, and what a history written without vectors gets).
     """
     limit = history.doc_of[n] if n < len(history.doc_of) else history.pieces_count
     bm = np.zeros(limit, dtype=np.float64)
-    docs, scores = (history.stem_index() if stemmed else history.index).search(terms)
+    docs, scores = (history.stem_index if stemmed else history.index).search(terms)
     keep = docs < limit
     bm[docs[keep]] = scores[keep]
     top = float(bm.max()) if limit else 0.0
     if top > 0:
         bm /= top
+    if alpha >= 1:
+        return bm
     if piece_vectors:
-        cos = history.piece_matrix[:limit] @ vector
+        cos = history.piece_matrix[:limit] @ vector()
     else:
-        unit_cos = history.embeddings[:n] @ vector
+        unit_cos = history.embeddings[:n] @ vector()
         cos = unit_cos[history.doc_arrays()[0][:limit]]
     fused: np.ndarray = alpha * bm + (1.0 - alpha) * cos.astype(np.float64)
     return fused

@@ -273,7 +273,7 @@ class Renderer:
             scores = hybrid_scores(
                 self.history,
                 stemmed(query.terms) if options.stemming else query.terms,
-                query.vector(),
+                query.vector,
                 n,
                 alpha=s.auto_alpha if options.dense else 1.0,
                 stemmed=options.stemming,

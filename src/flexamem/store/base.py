@@ -1,8 +1,8 @@
 """The ``Store`` seam: what any backend (SQLite by default, others later) must provide.
 
 A store holds *histories* (one conversation record, or one agent session); each history holds notes
-in time order (``seq`` 0, 1, 2, ...), an append-only set of links, cached merged records, lazily
-cached piece vectors and LLM-call accounting. Raw text and records are write-once: no method changes
+in time order (``seq`` 0, 1, 2, ...) with their pieces and piece vectors, an append-only set of links,
+cached merged records and LLM-call accounting. Raw text and records are write-once: no method changes
 or deletes them, and backends must refuse such writes even when asked directly.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
 
 from flexamem.notes import LLMCall, Note
 
@@ -64,12 +62,6 @@ class Store(Protocol):
         ...
 
     def load_merged(self, history: str) -> list[MergedRecord]: ...
-
-    def put_piece_vectors(self, history: str, vectors: Sequence[tuple[int, int, np.ndarray]]) -> None:
-        """Cache piece embeddings ``(seq, piece index, vector)``, computed when first needed."""
-        ...
-
-    def load_piece_vectors(self, history: str) -> dict[tuple[int, int], np.ndarray]: ...
 
     def record_llm_call(self, history: str, call: LLMCall) -> None: ...
 

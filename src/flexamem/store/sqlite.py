@@ -303,17 +303,6 @@ class SQLiteStore:
             )
         ]
 
-    def put_piece_vectors(self, history: str, vectors: Sequence[tuple[int, int, np.ndarray]]) -> None:
-        with self._write() as db:
-            db.executemany(
-                "INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)",
-                [(history, s, i, np.asarray(v, dtype=np.float32).tobytes()) for s, i, v in vectors],
-            )
-
-    def load_piece_vectors(self, history: str) -> dict[tuple[int, int], np.ndarray]:
-        rows = self._read("SELECT seq, idx, vector FROM piece_vectors WHERE history_id = ?", (history,))
-        return {(s, i): np.frombuffer(v, dtype=np.float32) for s, i, v in rows}
-
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as db:
             _insert_calls(db, history, [call])
