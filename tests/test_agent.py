@@ -110,3 +110,45 @@ def test_tool_call_messages_are_kept_unchanged() -> None:
         agent.step(action="  ", observation="x")
     with pytest.raises(fm.BudgetError):
         mem.agent(task="t", budget=0)
+
+
+def test_auto_keeps_a_memory_when_the_newest_unit_must_be_cut() -> None:
+    mem = fm.Memory(":memory:")
+    agent = mem.agent(task="Audit the reservations", budget=2048)
+    for i in range(30):
+        details = f"Reservation R{i}X{i}: flight HAT{i:03d} from SFO to JFK on May {i + 1}, status confirmed. "
+        agent.step(action=f"get_reservation_details(R{i}X{i})", observation=details * 12)
+        agent.context(mode="auto")
+    spans = mem.store.get_state(agent.mem.history_id, "timeline")
+    agent.step(action="cat big.log", observation="line of log output\n" * 2000)
+    plain = agent.context(mode="units")
+    assert plain.cut and plain.memory is None  # the paper's modes show no memory then
+    ctx = agent.context(mode="auto")
+    assert ctx.cut and ctx.tokens <= ctx.ceiling
+    assert ctx.memory is not None and ctx.messages[1]["content"].startswith("Memory of earlier steps")
+    assert "tokens cut to fit the budget]" in ctx.messages[-1]["content"]
+    # every written unit is still represented (record, merged record or pieces)
+    assert all(v.resolution != "hidden" or v.pieces for v in ctx.memory.shown)
+    assert ctx.memory.tokens <= ctx.memory.allowance
+    assert len(ctx.memory.shown) == len(agent.mem.history) >= 4
+    assert mem.store.get_state(agent.mem.history_id, "timeline") == spans  # this call's merges are not kept
+    assert agent.context(mode="auto").messages == ctx.messages  # the same call renders the same
+
+
+def test_agent_auto_ranks_by_bm25_with_identifiers_and_writes_no_piece_vectors() -> None:
+    mem = fm.Memory(":memory:")
+    agent = mem.agent(task="Change the flight of my reservation", budget=1200)
+    agent.step(action="get_user_details('mia_li_3668')", observation='{"reservations": ["4BMN53", "Q0ZF0J"]}')
+    for i in range(15):
+        agent.step(action=f"search_direct_flight(day {i})", observation=f"no direct flight on day {i} " * 20)
+    ctx = agent.context(mode="auto")
+    assert ctx.memory is not None and ctx.tokens <= ctx.ceiling
+    assert "4BMN53" in ctx.memory.text  # the reservation codes come back, though no query word names them
+    h = agent.mem.history
+    assert len(h) and not any(h.piece_vector_ready)  # agent auto is BM25 alone: no vectors written
+    dense = fm.Memory(":memory:", settings=fm.Settings(agent_auto_alpha=0.5))
+    d = dense.agent(task="t", budget=600)
+    for i in range(20):
+        d.step(action=f"call {i}", observation=observation(i, 8))
+    d.context(mode="auto")
+    assert len(d.mem.history) and all(d.mem.history.piece_vector_ready)  # with a cosine weight the pieces are embedded

@@ -16,13 +16,15 @@ Everything (task, steps, merged records, whether memory started) lives in the st
 process continues the same session with ``mem.agent(session_id=...)``.
 
 If even the fixed prompt plus the newest unit cannot fit, the newest unit's longest message is cut
-with a visible mark (``[… N tokens cut to fit the budget]``) and no memory is shown; if the fixed
+with a visible mark (``[… N tokens cut to fit the budget]``); the paper's modes then show no memory,
+``auto`` cuts deeper to keep ``rho`` of the room for a memory of the past units; if the fixed
 prompt alone cannot fit, :class:`BudgetError` is raised. The context never exceeds the ceiling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_t
 if TYPE_CHECKING:
     from flexamem.memory import Memory
 
-AGENT_DEFAULT_MODE = "units"  # the paper's; auto did not beat piece retrieval for agents (EVALUATION_AGENTS.md)
+AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
 
 
@@ -211,10 +213,10 @@ class AgentSession:
     def context(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
-        ``mode`` is ``"units"`` (the default, the paper's unit recovery), ``"pieces"`` (piece recovery
-        against the task with the newest unit: the best measured on the development trajectories) or
-        ``"auto"`` (the readers' default; its dense half did not help on agent histories yet, see
-        docs/EVALUATION_AGENTS.md).
+        ``mode`` is ``"auto"`` (the default: pieces ranked by stemmed BM25 against the task with the
+        newest unit, lifted when they hold identifiers, under a timeline at ``rho``; the best measured on
+        the development trajectories, docs/EVALUATION_AGENTS.md), ``"units"`` (the paper's unit
+        recovery) or ``"pieces"`` (the paper's piece recovery).
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -242,9 +244,11 @@ class AgentSession:
         w = sum(self._unit_tokens(units[k]) for k in range(first, len(units)))
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
         allowance = ceiling - p - w - overhead
-        if allowance <= 0:
-            return self._cut_newest(fixed, ceiling, first)
         reference = ceiling - p - self.budget // 4 - overhead
+        if allowance <= 0:
+            if mode == "auto" and first > 0:
+                return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
+            return self._cut_newest(fixed, ceiling, first)
         rendering = self._render(allowance, reference, first, options or RenderOptions(), mode)
         messages = list(fixed)
         if rendering.text:
@@ -268,7 +272,9 @@ class AgentSession:
             self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
         return self._newest_vector[1]
 
-    def _render(self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str) -> Rendering:
+    def _render(
+        self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str, *, keep_spans: bool = True
+    ) -> Rendering:
         mem, hid = self.mem, self.mem.history_id
         newest = self.newest_text()
         query = Query(
@@ -276,6 +282,7 @@ class AgentSession:
             terms=query_terms(self.task + "\n" + newest),
             excerpt_terms=query_terms(newest),
             vector=lambda: self.query_vector(newest),
+            agent=True,
         )
         spans = self._spans
         renderer = mem.renderer
@@ -290,10 +297,35 @@ class AgentSession:
             base=base,
         )
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
-        if merged != spans and options.timeline:
+        if merged != spans and options.timeline and keep_spans:
             mem.store.set_state(hid, "timeline", merged)
             self._spans = merged
         return rendering
+
+    def _cut_with_memory(
+        self,
+        fixed: list[Message],
+        ceiling: int,
+        p: int,
+        overhead: int,
+        first: int,
+        options: RenderOptions,
+    ) -> AgentContext:
+        """``auto``: the newest unit alone does not fit. It is cut to leave ``rho`` of the room to a
+        memory of the past units (merged further for this call only), so the agent keeps its trace."""
+        reserve = int(self.mem.settings.rho * (ceiling - p)) - overhead
+        cut = self._cut_newest(fixed, ceiling - reserve - overhead, first)
+        if reserve <= 0:
+            return dataclasses.replace(cut, ceiling=ceiling)
+        rendering = self._render(reserve, reserve, first, options, "auto", keep_spans=False)
+        messages = list(fixed)
+        if rendering.text:
+            messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})
+        messages += cut.messages[len(fixed) :]
+        tokens = messages_tokens(messages, self.counter)
+        if tokens > ceiling:  # cannot happen by construction; the plain cut is the safe answer
+            return self._cut_newest(fixed, ceiling, first)
+        return AgentContext(messages, tokens, ceiling, rendering, False, cut.window_units, cut=True, notes=first)
 
     def _cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:
         """The newest unit alone does not fit: cut its longest message with a visible mark."""

@@ -20,6 +20,7 @@ from flexamem.cli_llm import (
     writer_from_args,
 )
 from flexamem.errors import FlexaMemError, InvalidInputError
+from flexamem.eval.replay import AGENT_AUTO_ABLATIONS
 from flexamem.memory import Memory
 from flexamem.notes import Note
 from flexamem.render.renderer import AUTO_ABLATIONS, MODES
@@ -272,7 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--methods",
         help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); auto's ablations: "
-        + ",".join(n for n in AUTO_ABLATIONS if n != "auto"),
+        + ",".join(n for n in AUTO_ABLATIONS if n != "auto")
+        + " (trajectories: "
+        + ",".join(n for n in AGENT_AUTO_ABLATIONS if n != "auto")
+        + ")",
     )
     p.add_argument(
         "--format",

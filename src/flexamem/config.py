@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+_MAY_BE_ZERO = frozenset({"agent_auto_identifiers"})
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -72,12 +74,23 @@ class Settings:
     timeline is longer, it keeps up to ``rho`` (every unit still covered) before the oldest entries are
     hidden. Pieces get the rest."""
 
+    agent_auto_alpha: float = 1.0
+    """``auto`` in agent sessions: the BM25 weight (1.0: BM25 alone; a sentence embedding of tool
+    output blurs the ids, codes and numbers an agent's next call needs, docs/EVALUATION_AGENTS.md).
+    Agent histories rank pieces one by one (a tool output is no conversational turn: no whole turns,
+    no neighbours) and keep the timeline at ``rho``, so every past unit stays represented."""
+
+    agent_auto_identifiers: float = 0.5
+    """``auto`` in agent sessions: a piece holding identifier words (4+ characters with a digit: ids,
+    codes, numbers, dates) scores up to this much more (a third per identifier, up to three), on top
+    of its max-normalised BM25: the values an agent passes back verbatim live in such pieces."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool):
                 continue
-            if isinstance(value, int | float) and value <= 0:
+            if isinstance(value, int | float) and (value < 0 if f.name in _MAY_BE_ZERO else value <= 0):
                 raise ValueError(f"setting {f.name} must be positive, got {value}")
         if self.kappa < 4:
             raise ValueError("setting kappa must be at least 4 tokens (one character can take 4)")

@@ -13,7 +13,7 @@ import numpy as np
 
 from flexamem.notes import Note, Piece
 from flexamem.recover.bm25 import BM25Index
-from flexamem.text import content_words, stemmed
+from flexamem.text import content_words, is_identifier, stemmed
 
 
 class History:
@@ -35,7 +35,8 @@ class History:
         self.piece_vector_ready: list[bool] = []
         self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
-        self._doc_arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
+        self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # render-side counts of short fixed strings (headers)
 
     def __len__(self) -> int:
@@ -62,6 +63,7 @@ class History:
                 words = content_words(piece.text)
                 self.index.add(words)
                 self.stem_index.add(stemmed(words))
+                self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
@@ -87,12 +89,17 @@ class History:
         """One row per BM25 doc: the piece's vector, or its note's embedding when it has none."""
         return self._piece_matrix[: len(self.piece_vector_ready)]
 
-    def doc_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(note seq of each doc, whether each doc begins a turn)`` as numpy arrays (cached)."""
+    def doc_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(note seq of each doc, whether each doc begins a turn, identifier words in each doc)`` as
+        numpy arrays (cached)."""
         cached = self._doc_arrays
         if cached is None or len(cached[0]) != len(self.piece_of):
             seqs = np.fromiter((s for s, _ in self.piece_of), dtype=np.int64, count=len(self.piece_of))
-            cached = self._doc_arrays = (seqs, np.asarray(self.turn_start, dtype=bool))
+            cached = self._doc_arrays = (
+                seqs,
+                np.asarray(self.turn_start, dtype=bool),
+                np.asarray(self.identifiers, dtype=np.float64),
+            )
         return cached
 
     def turn_pieces(self, seq: int) -> dict[str, frozenset[int]]:

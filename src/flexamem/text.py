@@ -252,6 +252,12 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(content_words(text)))
 
 
+def is_identifier(word: str) -> bool:
+    """A word that names something exactly: at least 4 characters holding a digit (an id, a code, a
+    number, a year), as agents pass them back verbatim in their next calls."""
+    return len(word) >= 4 and any(c.isdigit() for c in word)
+
+
 _STEMS: dict[str, str] = {}
 
 

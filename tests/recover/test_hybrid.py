@@ -167,3 +167,32 @@ def test_auto_ablations_render_within_the_budget_and_switch_their_part() -> None
     )
     with pytest.raises(fm.InvalidInputError, match="unknown mode"):
         mem.render("q", 100, mode="hybrid")
+
+
+def test_identifier_words_hold_a_digit_and_four_characters() -> None:
+    from flexamem.text import is_identifier
+
+    assert all(is_identifier(w) for w in ["4bmn53", "hat078", "9879898", "2024"])
+    assert not any(is_identifier(w) for w in ["flight", "a1", "123", "reservation"])
+
+
+def test_identifier_prior_lifts_pieces_holding_ids() -> None:
+    mem = fm.Memory(":memory:")
+    mem.add_session(
+        [
+            {"speaker": "user", "text": "I would like help with a flight today."},
+            {"speaker": "tool", "text": '{"reservations": ["4BMN53", "Q0ZF0J", "OBUT9V"]}'},
+            {"speaker": "user", "text": "What are the flight rules and flight prices?"},
+        ]
+    )
+    h = mem.history
+    terms = stemmed(content_words("flight"))
+    plain = hybrid_scores(h, terms, lambda: np.zeros(384), len(h), alpha=1.0)
+    lifted = hybrid_scores(h, terms, lambda: np.zeros(384), len(h), alpha=1.0, identifiers=0.5)
+    ids = h.doc_arrays()[2]
+    assert list(ids) == [0, 3, 0]  # the three reservation codes
+    assert plain[1] == 0 and plain[0] > 0  # BM25 alone ranks the id-less turns first ...
+    assert lifted[1] == pytest.approx(0.5)  # ... the prior lifts the codes: 0.5 for three (or more) ids
+    strong = hybrid_scores(h, terms, lambda: np.zeros(384), len(h), alpha=1.0, identifiers=1.0)
+    assert strong[1] > strong[0]
+    assert np.allclose(lifted - plain, 0.5 * np.minimum(ids, 3) / 3)

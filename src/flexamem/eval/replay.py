@@ -22,17 +22,18 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from flexamem.config import Settings
 from flexamem.eval.methods import score_ranks
 from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
 from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
 from flexamem.render.messages import Message, messages_tokens
-from flexamem.render.renderer import AUTO_ABLATIONS, RenderOptions
+from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
 from flexamem.write.records import RuleWriter
 from flexamem.write.units import agent_unit
@@ -76,8 +77,9 @@ def _leaves(value: Any) -> Iterator[str]:
 class Method:
     """One memory under replay: fed steps, asked for the context before the next action."""
 
-    def __init__(self, traj: Trajectory, budget: int) -> None:
-        self.session = Memory(":memory:").agent(task=traj.task or "(no task)", budget=budget, system=traj.system)
+    def __init__(self, traj: Trajectory, budget: int, settings: Settings | None = None) -> None:
+        memory = Memory(":memory:", settings=settings)
+        self.session = memory.agent(task=traj.task or "(no task)", budget=budget, system=traj.system)
         self.traj = traj
 
     def feed(self, step: TrajStep) -> None:
@@ -104,8 +106,10 @@ class Method:
 
 
 class FlexaMem(Method):
-    def __init__(self, traj: Trajectory, budget: int, mode: str, options: RenderOptions) -> None:
-        super().__init__(traj, budget)
+    def __init__(
+        self, traj: Trajectory, budget: int, mode: str, options: RenderOptions, settings: Settings | None = None
+    ) -> None:
+        super().__init__(traj, budget, settings)
         self.mode, self.options = mode, options
 
     def context(self) -> StepContext:
@@ -253,11 +257,22 @@ class PieceRetrieval(Method):
     """Baselines: pieces of the written units ranked against task + newest unit, no timeline.
 
     ``dense``: by MiniLM cosine of the piece vectors; ``hybrid``: reciprocal rank fusion (k=60) of
-    that and BM25 (plain content words), the simple retrieval a user could write."""
+    that and BM25 (plain content words), the simple retrieval a user could write. The baseline embeds
+    its pieces itself (agent sessions write none), each distinct text once per process."""
+
+    _vectors: ClassVar[dict[str, np.ndarray]] = {}
 
     def __init__(self, traj: Trajectory, budget: int, kind: str) -> None:
         super().__init__(traj, budget)
         self.kind = kind
+
+    def piece_matrix(self, limit: int) -> np.ndarray:
+        history, cache = self.session.mem.history, PieceRetrieval._vectors
+        texts = [history.piece(d)[1].text for d in range(limit)]
+        missing = list(dict.fromkeys(t for t in texts if t not in cache))
+        if missing:
+            cache.update(zip(missing, self.session.mem.embedder.embed(missing), strict=True))
+        return np.stack([cache[t] for t in texts])
 
     def context(self) -> StepContext:
         s = self.session
@@ -269,7 +284,7 @@ class PieceRetrieval(Method):
         limit = history.doc_of[first] if first < len(history.doc_of) else history.pieces_count
         chosen: dict[int, list[int]] = {}
         if limit and allowance > 0:
-            sims = history.piece_matrix[:limit] @ s.query_vector()
+            sims = self.piece_matrix(limit) @ s.query_vector()
             fused = 1.0 / (60 + score_ranks(sims))
             if self.kind == "hybrid":
                 bm = np.zeros(limit)
@@ -293,10 +308,18 @@ class PieceRetrieval(Method):
         return StepContext(msgs, messages_tokens(msgs, s.counter), set(chosen) | set(range(first, len(units))))
 
 
+# what each part of ``auto`` adds in agent sessions (the readers' turn/neighbour/timeline parts are off there)
+AGENT_AUTO_ABLATIONS: dict[str, tuple[RenderOptions, Settings | None]] = {
+    "auto": (RenderOptions(), None),
+    "auto-no-identifiers": (RenderOptions(identifiers=False), None),
+    "auto-no-stemming": (RenderOptions(stemming=False), None),
+    "auto-dense-half": (RenderOptions(), Settings(agent_auto_alpha=0.5)),  # the readers' fusion weight
+}
+
 AGENT_METHODS: dict[str, Callable[[Trajectory, int], Method]] = {
     **{
-        name: (lambda t, b, o=options: FlexaMem(t, b, "auto", o))  # type: ignore[misc]
-        for name, options in AUTO_ABLATIONS.items()
+        name: (lambda t, b, o=options, st=settings: FlexaMem(t, b, "auto", o, st))  # type: ignore[misc]
+        for name, (options, settings) in AGENT_AUTO_ABLATIONS.items()
     },
     "unit-recovery": lambda t, b: FlexaMem(t, b, "units", RenderOptions()),
     "piece-recovery": lambda t, b: FlexaMem(t, b, "pieces", RenderOptions()),

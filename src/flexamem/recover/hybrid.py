@@ -35,6 +35,7 @@ def hybrid_scores(
     alpha: float,
     stemmed: bool = True,
     piece_vectors: bool = True,
+    identifiers: float = 0.0,
 ) -> np.ndarray:
     """The fused score of every piece of notes ``0..n-1`` (indexed by BM25 doc id).
 
@@ -50,6 +51,8 @@ def hybrid_scores(
     top = float(bm.max()) if limit else 0.0
     if top > 0:
         bm /= top
+    if identifiers > 0:  # a prior for pieces holding identifiers (up to 3 of them count)
+        bm += identifiers * np.minimum(history.doc_arrays()[2][:limit], 3.0) / 3.0
     if alpha >= 1:
         return bm
     if piece_vectors:
@@ -74,7 +77,7 @@ def hybrid_ranking(
     limit = len(scores)
     if limit == 0:
         return []
-    doc_seq, turn_start = history.doc_arrays()
+    doc_seq, turn_start, _ = history.doc_arrays()
     starts_mask = turn_start[:limit] if whole_turns else np.ones(limit, dtype=bool)
     starts = np.flatnonzero(starts_mask)
     ends = np.append(starts[1:], limit)

@@ -56,6 +56,7 @@ class RenderOptions:
     whole_turns: bool = True  # False: pieces ranked one by one
     neighbours: bool = True  # False: no lift for the turns next to a ranked turn
     small_timeline: bool = True  # False: the timeline takes rho of the allowance, as in piece recovery
+    identifiers: bool = True  # False: no prior for pieces holding identifiers (agent sessions)
 
 
 ABLATIONS: dict[str, RenderOptions] = {
@@ -91,6 +92,7 @@ class Query:
     terms: Sequence[str]  # BM25 terms for piece recovery
     excerpt_terms: Sequence[str]  # BM25 terms for ranking an excerpt's pieces
     vector: Callable[[], np.ndarray]  # lazy: piece recovery rarely needs it
+    agent: bool = False  # an agent session's call: ``auto`` ranks with the agent profile
 
 
 class Renderer:
@@ -259,7 +261,8 @@ class Renderer:
     ) -> Rendering:
         s = self.settings
         auto = mode == "auto"
-        if auto and options.small_timeline:  # merged down to a small share; up to rho when that cannot be
+        agent = auto and query.agent  # agent histories: pieces one by one, timeline at rho, identifiers
+        if auto and options.small_timeline and not agent:  # merged down to a small share; up to rho when that cannot be
             entries = self.timeline.fit(base, s.auto_rho * max(allowance, merge_allowance))
             keep = s.rho * allowance
         else:
@@ -270,21 +273,23 @@ class Renderer:
         room = allowance - total_tokens(entries) - (1 if entries else 0)
         header = self.counter.count(fmt.PIECES_HEADER)
         if auto:
+            alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
             scores = hybrid_scores(
                 self.history,
                 stemmed(query.terms) if options.stemming else query.terms,
                 query.vector,
                 n,
-                alpha=s.auto_alpha if options.dense else 1.0,
+                alpha=alpha,
                 stemmed=options.stemming,
                 piece_vectors=options.piece_vectors,
+                identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
             )
             ranked = hybrid_ranking(
                 self.history,
                 scores,
                 room,
-                neighbour=s.auto_neighbour if options.neighbours else 0.0,
-                whole_turns=options.whole_turns,
+                neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
+                whole_turns=options.whole_turns and not agent,
             )
         else:
             ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)

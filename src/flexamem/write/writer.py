@@ -58,8 +58,13 @@ class NoteWriter:
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
         pieces = [cut_pieces(d, self.settings.kappa, self.counter) for d in drafts]
         piece_vectors: list[np.ndarray | None] = [None] * len(drafts)
-        if self.settings.piece_vectors:
-            wanted = [i for i, ps in enumerate(pieces) if len(ps) <= self.settings.piece_vector_limit]
+        if self.settings.piece_vectors:  # agent units only when agent ``auto`` gives the cosine a weight
+            wanted = [
+                i
+                for i, ps in enumerate(pieces)
+                if len(ps) <= self.settings.piece_vector_limit
+                and (drafts[i].kind != "agent" or self.settings.agent_auto_alpha < 1)
+            ]
             flat = self.embedder.embed([p.text for i in wanted for p in pieces[i]])
             start = 0
             for i in wanted:
