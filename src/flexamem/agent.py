@@ -24,24 +24,25 @@ prompt alone cannot fit, :class:`BudgetError` is raised. The context never excee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from flexamem.errors import BudgetError, InvalidInputError
+from flexamem.core import HistoryCore
+from flexamem.errors import BudgetError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
-from flexamem.render.messages import Message, message_tokens, messages_tokens
+from flexamem.render.messages import Message, message_tokens, messages_tokens, validate_messages
 from flexamem.render.renderer import MODES, Query, RenderOptions
 from flexamem.render.result import Rendering
+from flexamem.store.base import StepRow
 from flexamem.text import query_terms
 from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_tokens
-
-if TYPE_CHECKING:
-    from flexamem.memory import Memory
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
@@ -63,13 +64,19 @@ class AgentContext:
 
 
 class AgentSession:
-    """A persistent agent episode over one history of the store (``agent:<session_id>``)."""
+    """A persistent agent episode: its own history of the store, under the memory's history (tenant).
 
-    def __init__(self, memory: Memory, session_id: str) -> None:
-        self.mem = memory
+    ``core`` is the session history's :class:`~flexamem.core.HistoryCore` (shared with ``Memory``).
+    A step and any unit it pushes out of the recent window are stored in one transaction; a caller's
+    ``step_id`` makes a retried step a no-op. One process drives a session at a time: a second
+    driver's step fails with :class:`ConcurrentWriteError` and nothing of it is stored.
+    """
+
+    def __init__(self, core: HistoryCore, session_id: str) -> None:
+        self.core = core
         self.session_id = session_id
-        self.counter = memory.counter
-        meta = memory.store.ensure_history(memory.history_id, "agent")
+        self.counter = core.counter
+        meta = core.store.ensure_history(core.history_id, "agent")
         self.task: str = meta["task"]
         self.system: str = meta.get("system", "")
         self.budget: int = int(meta["budget"])
@@ -77,90 +84,155 @@ class AgentSession:
         self._messages: list[list[Message]] = []
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
-        count = memory.store.get_state(memory.history_id, "steps") or 0
-        for i in range(count):
-            data = memory.store.get_state(memory.history_id, f"step:{i}")
-            self._remember(Step(i + 1, data["action"], data["observation"], data["actor"]), data["messages"])
+        self._step_ids: dict[str, int] = {}
+        for row in core.store.load_steps(core.history_id):
+            data = json.loads(row.data)
+            self._remember(Step(row.n + 1, data["action"], data["observation"], data["actor"]), data["messages"])
+            if row.step_id is not None:
+                self._step_ids[row.step_id] = row.n + 1
         self._task_vector: np.ndarray | None = None
         self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
         # session state read once, then kept in memory and written through (no store read per call)
-        self._started = bool(memory.store.get_state(memory.history_id, "memory_started"))
-        self._spans: list[list[int]] = memory.store.get_state(memory.history_id, "timeline") or []
+        self._started = bool(core.store.get_state(core.history_id, "memory_started"))
+        self._spans: list[list[int]] = core.store.get_state(core.history_id, "timeline") or []
+        pending = self._left_drafts()
+        if pending and not core.store.read_only:  # units of steps stored before a crash
+            core.write(pending, retry=False)
+
+    def _set_state(self, key: str, value: Any) -> None:
+        """Session state (written through; a read-only store keeps it in this process only)."""
+        with contextlib.suppress(ReadOnlyStoreError):
+            self.core.store.set_state(self.core.history_id, key, value)
+
+    @property
+    def mem(self) -> HistoryCore:
+        """The session history's core (``agent.mem.history``, ``.store``, ``.embedder``, ...)."""
+        return self.core
 
     @classmethod
     def open(
-        cls, memory_factory: Any, *, task: str | None, budget: int | None, system: str, session_id: str | None
+        cls,
+        core_factory: Callable[[str], HistoryCore],
+        prefix: str,
+        *,
+        task: str | None,
+        budget: int | None,
+        system: str,
+        session_id: str | None,
     ) -> AgentSession:
-        """Create a new session or resume a stored one (``memory_factory(history_id)`` -> Memory)."""
-        sid = session_id or uuid.uuid4().hex[:12]
-        mem: Memory = memory_factory(f"agent:{sid}")
-        existing = dict(mem.store.histories()).get(f"agent:{sid}")
+        """Create a new session or resume a stored one (``core_factory(history_id)`` -> its core)."""
+        sid = clean_text(session_id, "session_id").strip() if session_id is not None else uuid.uuid4().hex[:12]
+        system = clean_text(system, "system", allow_empty=True)
+        hid = f"{prefix}agent:{sid}"
+        core = core_factory(hid)
+        existing = dict(core.store.histories()).get(hid)
         if existing is None:
             if task is None or budget is None:
                 raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
             task = clean_text(task, "task")
-            mem.ceiling(budget)  # validates the budget
-            mem.store.ensure_history(mem.history_id, "agent", {"task": task, "system": system, "budget": budget})
-        session = cls(mem, sid)
+            core.ceiling(budget)  # validates the budget
+            core.store.ensure_history(hid, "agent", {"task": task, "system": system, "budget": budget})
+        elif existing != "agent":
+            raise InvalidInputError(f"{hid!r} is not an agent session")
+        session = cls(core, sid)
         if task is not None and task != session.task:
             raise InvalidInputError(f"agent session {sid!r} was started with another task")
         return session
 
     # -- steps ---------------------------------------------------------------------------------------
     def step(
-        self, action: str, observation: str = "", *, actor: str = "assistant", messages: Sequence[Message] | None = None
+        self,
+        action: str,
+        observation: str = "",
+        *,
+        actor: str = "assistant",
+        messages: Sequence[Message] | None = None,
+        step_id: str | None = None,
     ) -> int:
         """Record one step: the agent's action and what came back. Returns the step number.
 
         ``messages`` (optional) are the step's original chat messages, shown unchanged while the step
         is in the recent window; by default an assistant message with the action and a user message
-        with the observation.
+        with the observation. ``step_id`` (optional, the caller's) makes a retry idempotent: a step
+        already stored under that id is not recorded again and its number is returned.
         """
-        number = self._record(action, observation, actor, messages)
-        drafts = self._left_drafts()
-        if drafts:
-            self.mem._write(drafts, self.mem.history)
-        return number
+        known = self._known(step_id, action, observation)
+        if known is not None:
+            return known
+        step, msgs, row = self._new_step(action, observation, actor, messages, step_id)
+        with self._pending(step, msgs) as drafts:
+            self.core.write(drafts, [] if not drafts else None, steps=[row], retry=False)
+        if row.step_id is not None:
+            self._step_ids[row.step_id] = step.number
+        return step.number
 
     async def astep(
-        self, action: str, observation: str = "", *, actor: str = "assistant", messages: Sequence[Message] | None = None
+        self,
+        action: str,
+        observation: str = "",
+        *,
+        actor: str = "assistant",
+        messages: Sequence[Message] | None = None,
+        step_id: str | None = None,
     ) -> int:
         """The async twin of :meth:`step`: the same notes, records written by awaited model calls.
         Await each step before the next (steps are ordered)."""
-        number = self._record(action, observation, actor, messages)
-        drafts = self._left_drafts()
-        if drafts:
-            records = await self.mem.awrite_records(drafts)
-            await asyncio.to_thread(self.mem._write, drafts, self.mem.history, records)
+        known = self._known(step_id, action, observation)
+        if known is not None:
+            return known
+        step, msgs, row = self._new_step(action, observation, actor, messages, step_id)
+        with self._pending(step, msgs) as drafts:
+            records = await self.core.awrite_records(drafts)
+            await asyncio.to_thread(self.core.write, drafts, records, steps=[row], retry=False)
+        if row.step_id is not None:
+            self._step_ids[row.step_id] = step.number
+        return step.number
+
+    def _known(self, step_id: str | None, action: str, observation: str) -> int | None:
+        if step_id is None:
+            return None
+        step_id = clean_text(step_id, "step_id")
+        number = self._step_ids.get(step_id)
+        if number is not None:
+            stored = self.steps[number - 1]
+            if (stored.action, stored.observation) != (clean_text(action, "action"), observation):
+                raise InvalidInputError(f"step id {step_id!r} was already recorded with another action or observation")
         return number
 
-    def _record(self, action: str, observation: str, actor: str, messages: Sequence[Message] | None) -> int:
-        """Validate and persist the step itself (session state), before any unit is written."""
+    def _new_step(
+        self, action: str, observation: str, actor: str, messages: Sequence[Message] | None, step_id: str | None
+    ) -> tuple[Step, list[Message], StepRow]:
+        """Validate one step and build what is stored of it (nothing is stored here)."""
         action = clean_text(action, "action")
         observation = clean_text(observation, "observation", allow_empty=True)
         step = Step(len(self.steps) + 1, action, observation, clean_text(actor, "actor").strip())
         msgs = (
-            [dict(m) for m in messages]
-            if messages
+            validate_messages(messages)
+            if messages is not None
             else [
                 {"role": "assistant", "content": action},
                 {"role": "user", "content": observation},
             ]
         )
-        store, hid = self.mem.store, self.mem.history_id
-        store.set_state(
-            hid,
-            f"step:{len(self.steps)}",
-            {
-                "action": step.action,
-                "observation": step.observation,
-                "actor": step.actor,
-                "messages": msgs,
-            },
+        data = {"action": step.action, "observation": step.observation, "actor": step.actor, "messages": msgs}
+        row = StepRow(
+            len(self.steps), clean_text(step_id, "step_id") if step_id is not None else None, json.dumps(data)
         )
-        store.set_state(hid, "steps", len(self.steps) + 1)
+        return step, msgs, row
+
+    @contextlib.contextmanager
+    def _pending(self, step: Step, msgs: list[Message]) -> Iterator[list[UnitDraft]]:
+        """Take the step into the session's view and yield the units it pushes out of the window; if the
+        store write fails, the view is as before (nothing of the step is stored either)."""
         self._remember(step, msgs)
-        return step.number
+        try:
+            yield self._left_drafts()
+        except BaseException:
+            self.steps.pop()
+            self._messages.pop()
+            self._raw_tokens.pop()
+            self._msg_tokens.pop()
+            raise
 
     async def acontext(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
@@ -174,7 +246,7 @@ class AgentSession:
 
     def units(self) -> list[list[int]]:
         """Step indexes of each unit (packing is prefix-stable: only the newest unit still grows)."""
-        return pack_steps(self._raw_tokens, self.mem.settings.agent_unit_tokens)
+        return pack_steps(self._raw_tokens, self.core.settings.agent_unit_tokens)
 
     def _unit_tokens(self, unit: list[int]) -> int:
         return sum(self._msg_tokens[i] for i in unit)
@@ -193,7 +265,7 @@ class AgentSession:
         """Units that have left the recent window and are not written yet (in order)."""
         units = self.units()
         first = self.window(units)
-        written = len(self.mem.history)
+        written = len(self.core.history)
         return [
             agent_unit([self.steps[i] for i in units[k]], unit_id=f"u{k + 1}", session_id=self.session_id)
             for k in range(written, first)
@@ -220,7 +292,7 @@ class AgentSession:
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-        ceiling = self.mem.ceiling(self.budget)
+        ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
         if p >= ceiling:
@@ -234,12 +306,12 @@ class AgentSession:
                 p + sum(self._msg_tokens),
                 ceiling,
                 window_units=tuple(range(len(units))),
-                notes=len(self.mem.history),
+                notes=len(self.core.history),
             )
         if not started:
-            self.mem.store.set_state(self.mem.history_id, "memory_started", True)
+            self._set_state("memory_started", True)
             self._started = True
-        first = self.window(units)
+        first = min(self.window(units), len(self.core.history))  # units not written (read-only) stay raw
         window = [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]]
         w = sum(self._unit_tokens(units[k]) for k in range(first, len(units)))
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
@@ -267,15 +339,15 @@ class AgentSession:
         newest = self.newest_text() if newest is None else newest
         if self._newest_vector is None or self._newest_vector[0] != newest:
             if self._task_vector is None:
-                self._task_vector = self.mem.embedder.embed([self.task])[0]
-            v = self._task_vector + self.mem.embedder.embed([newest])[0]
+                self._task_vector = self.core.embedder.embed([self.task])[0]
+            v = self._task_vector + self.core.embedder.embed([newest])[0]
             self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
         return self._newest_vector[1]
 
     def _render(
         self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str, *, keep_spans: bool = True
     ) -> Rendering:
-        mem, hid = self.mem, self.mem.history_id
+        mem = self.core
         newest = self.newest_text()
         query = Query(
             text=self.task + "\n" + newest,
@@ -298,7 +370,7 @@ class AgentSession:
         )
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
         if merged != spans and options.timeline and keep_spans:
-            mem.store.set_state(hid, "timeline", merged)
+            self._set_state("timeline", merged)
             self._spans = merged
         return rendering
 
@@ -313,7 +385,7 @@ class AgentSession:
     ) -> AgentContext:
         """``auto``: the newest unit alone does not fit. It is cut to leave ``rho`` of the room to a
         memory of the past units (merged further for this call only), so the agent keeps its trace."""
-        reserve = int(self.mem.settings.rho * (ceiling - p)) - overhead
+        reserve = int(self.core.settings.rho * (ceiling - p)) - overhead
         cut = self._cut_newest(fixed, ceiling - reserve - overhead, first)
         if reserve <= 0:
             return dataclasses.replace(cut, ceiling=ceiling)

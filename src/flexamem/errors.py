@@ -27,6 +27,11 @@ class StoreError(FlexaMemError):
     """The store cannot be used: closed, read-only, corrupt or of an unknown schema version."""
 
 
+class ConcurrentWriteError(StoreError):
+    """Another writer appended to the history first (its sequence number was taken). ``Memory`` catches
+    up with the store and retries; it reaches callers only when retries run out."""
+
+
 class StoreClosedError(StoreError):
     """The store was closed and cannot be used any more."""
 

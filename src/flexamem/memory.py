@@ -14,8 +14,6 @@ in-memory view rendering reads).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,20 +21,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.errors import BudgetError, DuplicateUnitError, InvalidInputError
+from flexamem.core import HistoryCore, Relabel
+from flexamem.errors import DuplicateUnitError, InvalidInputError
 from flexamem.history import History
-from flexamem.notes import Note, Record, Turn, UnitDraft
+from flexamem.notes import Note, Turn, UnitDraft
 from flexamem.render.renderer import MODES, Query, Renderer, RenderOptions
 from flexamem.render.result import Rendering
-from flexamem.render.timeline import Timeline
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.text import query_terms
 from flexamem.tokens import TokenCounter, counter
-from flexamem.write.embed import Embedder, default_embedder
-from flexamem.write.records import AsyncRecordWriter, Progress, RecordWriter, RuleWriter
-from flexamem.write.units import clean_text, cut_session, parse_turns
-from flexamem.write.writer import NoteWriter
+from flexamem.write.embed import Embedder
+from flexamem.write.records import Progress, RecordWriter, RuleWriter
+from flexamem.write.units import clean_text, cut_session, free_session_id, parse_turns, relabel_drafts
 
 if TYPE_CHECKING:
     from flexamem.agent import AgentSession
@@ -69,35 +66,34 @@ class Memory:
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter()
         self.writer: RecordWriter = writer or RuleWriter(self.settings.record_words, self.settings.merged_words)
-        self._embedder = embedder
+        if store is None:
+            if not isinstance(path, str | Path) or isinstance(path, bool):
+                raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
+            if "\x00" in str(path):
+                raise InvalidInputError("path holds a NUL character")
         self.store: Store = store or SQLiteStore(path, read_only=read_only)
-        self.history_id = history
-        self._lock = threading.RLock()
-        self._history: History | None = None
-        self._renderer: Renderer | None = None
-        self._piece_vectors: dict[int, np.ndarray] = {}
-        self._query_vectors: dict[str, np.ndarray] = {}
+        self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
+        if not isinstance(self.history_id, str) or not self.history_id:
+            raise InvalidInputError(f"history must be a non-empty string, got {history!r}")
+        self.core = HistoryCore(self.store, self.history_id, self.settings, self.writer, self.counter, embedder)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = default_embedder()
-        return self._embedder
+        return self.core.embedder
 
     @property
     def history(self) -> History:
-        """The in-memory view, loaded from the store on first use."""
-        if self._history is None:
-            self._history = History.from_notes(self.store.load_notes(self.history_id), self.embedder.dim)
-        return self._history
+        """The in-memory view of the history (what this process has seen; renders catch up first)."""
+        return self.core.history
 
     @property
     def renderer(self) -> Renderer:
-        if self._renderer is None:
-            timeline = Timeline(self.history, self.store, self.history_id, self.writer, self.counter)
-            self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
-        return self._renderer
+        return self.core.renderer
+
+    def sync(self) -> int:
+        """Catch up with notes other processes wrote; returns how many (renders and writes do it too)."""
+        return self.core.sync()
 
     def close(self) -> None:
         self.store.close()
@@ -109,6 +105,7 @@ class Memory:
         self.close()
 
     def __len__(self) -> int:
+        self.core.sync()
         return len(self.history)
 
     # -- writing -----------------------------------------------------------------------------------
@@ -123,11 +120,11 @@ class Memory:
 
         Turns are ``{"speaker", "text"}`` dicts with optional ``"id"`` (kept on every piece, e.g. a
         LoCoMo ``dia_id``) and ``"role"`` (sessions are cut before ``"user"`` turns). All units of
-        the session land in one transaction, or none do.
+        the session land in one transaction, or none do. Without ``session_id`` the session is named
+        ``s<n>``, the first such name no other session of the history holds when it is stored.
         """
-        with self._lock:
-            drafts = self._drafts(turns, session_id, date)
-        return self._write(drafts, self.history)
+        drafts, relabel = self._drafts(turns, session_id, date)
+        return [n.unit_id for n in self.core.write(drafts, relabel=relabel)]
 
     def add_sessions(
         self, sessions: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
@@ -138,23 +135,25 @@ class Memory:
         are written as one batch (in parallel by an LLM writer, with ``progress(done, total)``), and
         each session is stored in its own transaction, in order. Returns each session's unit ids.
         """
-        with self._lock:
-            batches: list[list[UnitDraft]] = []
-            seen = set(self.history.unit_ids)
-            for i, session in enumerate(sessions):
-                if not isinstance(session, Mapping) or "turns" not in session:
-                    raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
-                sid = session.get("session_id") or f"s{self._session_count() + len(batches) + 1}"
-                drafts = self._drafts(session["turns"], sid, session.get("date"))
+        if isinstance(sessions, str | bytes | Mapping):
+            raise InvalidInputError("sessions must be a list of sessions")
+        batches: list[tuple[list[UnitDraft], Relabel | None]] = []
+        seen = set(self.history.unit_ids)
+        for i, session in enumerate(sessions):
+            if not isinstance(session, Mapping) or "turns" not in session:
+                raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
+            drafts, relabel = self._drafts(session["turns"], session.get("session_id"), session.get("date"))
+            if relabel is None:
                 for d in drafts:
                     if d.unit_id in seen:
                         raise DuplicateUnitError(f"session {i}: unit {d.unit_id!r} is already written")
                     seen.add(d.unit_id)
-                batches.append(drafts)
-        records = self.writer.write_records([d for b in batches for d in b], progress)
+            batches.append((drafts, relabel))
+        records = self.writer.write_records([d for b, _ in batches for d in b], progress)
         out, start = [], 0
-        for drafts in batches:
-            out.append(self._write(drafts, self.history, records[start : start + len(drafts)]))
+        for drafts, relabel in batches:
+            notes = self.core.write(drafts, records[start : start + len(drafts)], relabel=relabel)
+            out.append([n.unit_id for n in notes])
             start += len(drafts)
         return out
 
@@ -166,59 +165,58 @@ class Memory:
         date: str | None = None,
     ) -> list[str]:
         """The async twin of :meth:`add_session`: the same notes, with records written by
-        ``await``-ed model calls (no thread held while the model thinks). Give distinct ``session_id``s
-        when adding sessions concurrently."""
-        with self._lock:
-            drafts = self._drafts(turns, session_id, date)
-        self._check_new(drafts, self.history)
-        records = await self.awrite_records(drafts)
-        return await asyncio.to_thread(self._write, drafts, self.history, records)
-
-    async def awrite_records(self, drafts: Sequence[UnitDraft]) -> list[Record]:
-        if isinstance(self.writer, AsyncRecordWriter):
-            return await self.writer.awrite_records(drafts)
-        return await asyncio.to_thread(self.writer.write_records, drafts)
+        ``await``-ed model calls (no thread held while the model thinks)."""
+        drafts, relabel = self._drafts(turns, session_id, date)
+        if relabel is None:
+            self.core.check_new(drafts)
+        records = await self.core.awrite_records(drafts)
+        notes = await asyncio.to_thread(self.core.write, drafts, records, relabel=relabel)
+        return [n.unit_id for n in notes]
 
     def _drafts(
-        self, turns: Iterable[Mapping[str, Any] | Turn], session_id: str | None, date: str | None
-    ) -> list[UnitDraft]:
+        self, turns: Iterable[Mapping[str, Any] | Turn], session_id: Any, date: Any
+    ) -> tuple[list[UnitDraft], Relabel | None]:
+        """The session's units and, for a library-named session, how to re-name them at write time."""
         parsed = parse_turns(turns)
-        sid = clean_text(session_id, "session_id") if session_id is not None else f"s{self._session_count() + 1}"
         clean_date = clean_text(date, "date").strip() if date is not None else None
-        return cut_session(
+        if session_id is not None:
+            sid = clean_text(session_id, "session_id").strip()
+            drafts = cut_session(
+                parsed,
+                self.counter,
+                session_id=sid,
+                date=clean_date,
+                max_unit_tokens=self.settings.max_unit_tokens,
+                one_unit=self.settings.one_unit_per_session,
+            )
+            return drafts, None
+        drafts = cut_session(
             parsed,
             self.counter,
-            session_id=sid,
+            session_id="s",
             date=clean_date,
             max_unit_tokens=self.settings.max_unit_tokens,
             one_unit=self.settings.one_unit_per_session,
         )
 
-    def _session_count(self) -> int:
-        return len({n.session_id for n in self.history.notes})
+        def relabel(history: History) -> list[UnitDraft]:
+            return relabel_drafts(drafts, free_session_id(history))
 
-    def _check_new(self, drafts: Sequence[UnitDraft], history: History) -> None:
-        seen = set(history.unit_ids)
-        for d in drafts:
-            if d.unit_id in seen:
-                raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
-            seen.add(d.unit_id)
+        return drafts, relabel
 
-    def _write(self, drafts: list[UnitDraft], history: History, records: Sequence[Record] | None = None) -> list[str]:
-        """Store drafts as notes. Records are written first and outside the lock (a model may take
-        seconds per unit, and renders must not wait for it); the rest runs under the lock."""
-        self._check_new(drafts, history)  # before any model call
-        if records is None:
-            records = self.writer.write_records(drafts)
-        with self._lock:
-            self._check_new(drafts, history)  # another thread may have written them meanwhile
-            self.store.ensure_history(self.history_id, drafts[0].kind if drafts else "conversation")
-            notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).write(
-                drafts, len(history), history.embeddings, records
+    def drop(self) -> bool:
+        """Delete this whole history and its agent sessions from the store (a privacy request): the
+        only deletion there is. Returns whether anything was stored. The memory is empty afterwards."""
+        prefix = "agent:" if self.history_id == "default" else f"{self.history_id}/agent:"
+        with self.core.lock:
+            dropped = self.store.drop_history(self.history_id)
+            for hid, _ in self.store.histories():
+                if hid.startswith(prefix):
+                    dropped = self.store.drop_history(hid) or dropped
+            self.core = HistoryCore(
+                self.store, self.history_id, self.settings, self.writer, self.counter, self.core._embedder
             )
-            self.store.append_notes(self.history_id, notes, links, calls)
-            history.extend(notes, links)
-            return [n.unit_id for n in notes]
+        return dropped
 
     def llm_usage(self) -> dict[str, int]:
         """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache."""
@@ -235,8 +233,7 @@ class Memory:
     # -- reading -----------------------------------------------------------------------------------
     def notes(self) -> list[Note]:
         """Every note, oldest first, with its current links (later notes add back-links)."""
-        history = self.history
-        return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
+        return self.core.notes()
 
     def note(self, unit_id: str) -> Note:
         try:
@@ -270,6 +267,14 @@ class Memory:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("the query is empty")
+        query = clean_text(query, "query")
+        prompt = clean_text(prompt, "prompt", allow_empty=True)
+        if options is not None and not isinstance(options, RenderOptions):
+            raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
+        if query_vector is not None:
+            query_vector = np.asarray(query_vector, dtype=np.float32)
+            if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
+                raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
         q = Query(
             text=query,
@@ -277,7 +282,8 @@ class Memory:
             excerpt_terms=query_terms(query),
             vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
         )
-        with self._lock:
+        with self.core.lock:
+            self.core.sync()
             return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
 
     async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:
@@ -294,56 +300,25 @@ class Memory:
     ) -> AgentSession:
         """Start an agent session (``task`` and ``budget`` required) or resume one by ``session_id``.
 
-        The session lives in this memory's store as history ``agent:<session_id>``.
+        A session belongs to this memory's history (its tenant): it is stored as history
+        ``<history>/agent:<session_id>`` (``agent:<session_id>`` under the default history), so another
+        history's memory can neither see nor resume it.
         """
         from flexamem.agent import AgentSession
 
-        def factory(history_id: str) -> Memory:
-            return Memory(
-                store=self.store,
-                history=history_id,
-                settings=self.settings,
-                writer=self.writer,
-                embedder=self._embedder,
-            )
+        def factory(history_id: str) -> HistoryCore:
+            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core._embedder)
 
-        return AgentSession.open(factory, task=task, budget=budget, system=system, session_id=session_id)
+        prefix = "" if self.history_id == "default" else f"{self.history_id}/"
+        return AgentSession.open(factory, prefix, task=task, budget=budget, system=system, session_id=session_id)
 
-    @staticmethod
-    def ceiling(budget: int) -> int:
-        """``floor(0.95 * B)``: the hard limit on the whole context."""
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
-            raise BudgetError(f"budget must be a positive number of tokens, got {budget!r}")
-        return (budget * 95) // 100
+    ceiling = staticmethod(HistoryCore.ceiling)
 
     def allowance(self, budget: int, fixed_tokens: int) -> int:
-        allowance = self.ceiling(budget) - fixed_tokens
-        if allowance <= 0:
-            raise BudgetError(
-                f"budget {budget} leaves no room for memory: the fixed prompt takes {fixed_tokens} of the "
-                f"{self.ceiling(budget)} tokens allowed (0.95 * budget)"
-            )
-        return allowance
+        return self.core.allowance(budget, fixed_tokens)
 
     def query_vector(self, text: str) -> np.ndarray:
-        vector = self._query_vectors.get(text)
-        if vector is None:
-            vector = self.embedder.embed([text])[0]
-            if len(self._query_vectors) > 256:
-                self._query_vectors.clear()
-            self._query_vectors[text] = vector
-        return vector
+        return self.core.query_vector(text)
 
     def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
-        """Embeddings of pieces (by BM25 doc id): those written with the notes, else computed when
-        first needed and kept in memory."""
-        history = self.history
-        ready = history.piece_vector_ready
-        if all(ready[d] for d in docs):
-            return history.piece_matrix[list(docs)] if docs else np.zeros((0, self.embedder.dim))
-        missing = [d for d in docs if d not in self._piece_vectors]
-        if missing:
-            texts = [self.history.piece(d)[1].text for d in missing]
-            for d, v in zip(missing, self.embedder.embed(texts), strict=True):
-                self._piece_vectors[d] = v
-        return np.stack([self._piece_vectors[d] for d in docs]) if docs else np.zeros((0, self.embedder.dim))
+        return self.core.piece_vectors(docs)

@@ -1,3 +1,4 @@
+import json
 import sqlite3
 from pathlib import Path
 
@@ -126,11 +127,22 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
         db.execute(statement)
     db.execute("INSERT INTO histories VALUES ('h', 'conversation', '{}', 0)")
     db.execute("INSERT INTO merged VALUES ('h', 0, 3, 1, 'old merged text', 3, 'rule', 0)")
+    db.execute("INSERT INTO histories VALUES ('agent:a', 'agent', '{\"task\": \"t\", \"budget\": 900}', 0)")
+    for i in range(2):  # agent steps lived in the mutable state table until schema 3
+        data = json.dumps({"action": f"a{i}", "observation": "o", "actor": "assistant", "messages": []})
+        db.execute("INSERT INTO state VALUES ('agent:a', ?, ?)", (f"step:{i}", data))
+    db.execute("INSERT INTO state VALUES ('agent:a', 'steps', '2')")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
     s = SQLiteStore(path)
-    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert s.load_merged("h") == [MergedRecord(0, 3, 1, "old merged text", 3, "rule", False)]
+    assert [(r.n, json.loads(r.data)["action"]) for r in s.load_steps("agent:a")] == [(0, "a0"), (1, "a1")]
+    assert s.get_state("agent:a", "steps") is None  # moved, not copied
+    with pytest.raises(fm.WriteOnceError), s._write() as db:
+        db.execute("UPDATE steps SET data = 'x'")
+    with pytest.raises(fm.WriteOnceError), s._write() as db:
+        db.execute("UPDATE histories SET meta = '{}'")
     with pytest.raises(fm.WriteOnceError), s._write() as db:
         db.execute("UPDATE merged SET text = 'x'")

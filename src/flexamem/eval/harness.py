@@ -133,7 +133,7 @@ def run(
                     strict=True,
                 )
             )
-            ctx.mem._query_vectors.update(vectors)
+            ctx.mem.core.cache_query_vectors(vectors)
             prompt_tokens = {
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }

@@ -17,7 +17,7 @@ from flexamem.history import History
 from flexamem.render import format as fmt
 from flexamem.store.base import MergedRecord, Store
 from flexamem.tokens import TokenCounter
-from flexamem.write.records import RecordWriter
+from flexamem.write.records import RecordWriter, RuleWriter
 
 GROUP = 4
 
@@ -80,17 +80,20 @@ class Timeline:
             return entry
         if self._stored is None:
             self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
-        stored = self._stored.get(key)
-        if stored is None:
+        stored = self._stored.get(key) or self.store.get_merged(self.history_id, first, last, level)
+        if stored is None:  # nobody stored it yet: write it (another process may win the race: keep theirs)
             texts = [self._text_of(e) for e in group]
-            written = self.writer.merge_records(texts)
+            read_only = self.store.read_only
+            writer = RuleWriter() if read_only and not isinstance(self.writer, RuleWriter) else self.writer
+            written = writer.merge_records(texts)
             stored = MergedRecord(
                 first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
             )
-            calls = [dataclasses.replace(c, seq=last) for c in written.calls]
-            self.store.put_merged(self.history_id, stored, calls)
-            self._stored[key] = stored
-            self.merges_written += 1
+            if not read_only:  # a reader that may not write keeps its rule-written merge in memory
+                calls = [dataclasses.replace(c, seq=last) for c in written.calls]
+                stored = self.store.put_merged(self.history_id, stored, calls)
+                self.merges_written += 1
+        self._stored[key] = stored
         notes = self.history.notes
         line = fmt.merged_line(notes[first], notes[last], stored.text)
         entry = Entry(first, last, level, line, self.counter.count(line))

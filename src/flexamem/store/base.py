@@ -8,13 +8,22 @@ or deletes them, and backends must refuse such writes even when asked directly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from flexamem.notes import LLMCall, Note
 
-__all__ = ["LLMCall", "MergedRecord", "Store"]
+__all__ = ["LLMCall", "MergedRecord", "StepRow", "Store"]
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One stored agent step: its number (0-based), the caller's id for idempotent retries, its JSON."""
+
+    n: int
+    step_id: str | None
+    data: str
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,8 @@ class MergedRecord:
 class Store(Protocol):
     """Persistence for notes. Every write method is atomic: all of it lands, or none of it."""
 
+    read_only: bool  # writes raise ReadOnlyStoreError (renders still work: merges stay in memory)
+
     def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create the history if new; return its stored meta (which the first call fixed)."""
         ...
@@ -42,24 +53,45 @@ class Store(Protocol):
         """(id, kind) of every history, oldest first."""
         ...
 
+    def drop_history(self, history: str) -> bool:
+        """Delete a whole history and everything under it (the only deletion); whether it existed."""
+        ...
+
     def append_notes(
         self,
         history: str,
         notes: Sequence[Note],
         links: Sequence[tuple[int, int]],
         calls: Sequence[LLMCall] = (),
+        *,
+        steps: Sequence[StepRow] = (),
+        state: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add notes, their links and the model calls that wrote them in one transaction; a duplicate
-        unit id raises and adds nothing."""
+        """Add notes, their links, the model calls that wrote them, agent steps and session state in
+        one transaction. A duplicate unit id raises :class:`DuplicateUnitError`; a sequence number or
+        step number another writer took first raises :class:`ConcurrentWriteError`; either adds nothing."""
         ...
 
-    def load_notes(self, history: str) -> list[Note]:
-        """All notes of a history in time order, with their links."""
+    def note_count(self, history: str) -> int:
+        """How many notes the history holds (its next ``seq``): cheap, read before every render."""
         ...
 
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> None:
-        """Cache a merged record (and account its model calls); writing the same span twice keeps the first."""
+    def load_notes(self, history: str, start: int = 0) -> list[Note]:
+        """Notes ``start..`` of a history in time order, with their outgoing links."""
         ...
+
+    def load_links(self, history: str, start: int = 0) -> list[tuple[int, int]]:
+        """Link edges touching a note ``>= start`` (a new note adds back-links to older ones)."""
+        ...
+
+    def load_steps(self, history: str) -> list[StepRow]: ...
+
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
+        """Cache a merged record (and account its model calls); when another writer stored the same
+        span first, that one is kept and returned, so every process shows the same text."""
+        ...
+
+    def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None: ...
 
     def load_merged(self, history: str) -> list[MergedRecord]: ...
 

@@ -68,5 +68,35 @@ MIGRATIONS: list[str] = [
     ALTER TABLE merged ADD COLUMN flagged INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX llm_calls_by_note ON llm_calls (history_id, seq);
     """,
+    # 3: agent steps write-once in their own table (idempotent by the caller's step id), history meta
+    # fixed once written, and deletion only of a whole history marked in ``dropping`` (drop_history)
+    """
+    CREATE TABLE steps (
+        history_id TEXT NOT NULL, n INTEGER NOT NULL, step_id TEXT, data TEXT NOT NULL,
+        PRIMARY KEY (history_id, n), UNIQUE (history_id, step_id)
+    );
+    INSERT INTO steps (history_id, n, data)
+        SELECT history_id, CAST(substr(key, 6) AS INTEGER), value FROM state WHERE key LIKE 'step:%';
+    DELETE FROM state WHERE key LIKE 'step:%' OR key = 'steps';
+    CREATE TABLE dropping (history_id TEXT PRIMARY KEY);
+    CREATE TRIGGER histories_meta_fixed BEFORE UPDATE ON histories
+        BEGIN SELECT RAISE(ABORT, 'flexamem: histories are write-once'); END;
+    CREATE TRIGGER steps_no_update BEFORE UPDATE ON steps
+        BEGIN SELECT RAISE(ABORT, 'flexamem: steps are write-once'); END;
+    """
+    + "".join(
+        f"""
+    DROP TRIGGER IF EXISTS {t}_no_delete;
+    CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    """
+        for t in (*_IMMUTABLE, "steps")
+    )
+    + """
+    CREATE TRIGGER histories_no_delete BEFORE DELETE ON histories
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: histories are write-once'); END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

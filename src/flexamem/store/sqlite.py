@@ -10,16 +10,23 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flexamem.errors import DuplicateUnitError, ReadOnlyStoreError, StoreClosedError, StoreError, WriteOnceError
+from flexamem.errors import (
+    ConcurrentWriteError,
+    DuplicateUnitError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+    WriteOnceError,
+)
 from flexamem.notes import Block, Fields, Note, Piece
-from flexamem.store.base import LLMCall, MergedRecord
+from flexamem.store.base import LLMCall, MergedRecord, StepRow
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 
@@ -124,11 +131,28 @@ class SQLiteStore:
             if rows[0][0] != kind:
                 raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
             return dict(json.loads(rows[0][1]))
-        with self._write() as db:
+        with self._write() as db:  # another process may create it first: the first meta wins
             db.execute(
-                "INSERT INTO histories VALUES (?, ?, ?, ?)", (history, kind, json.dumps(meta or {}), time.time())
+                "INSERT OR IGNORE INTO histories VALUES (?, ?, ?, ?)",
+                (history, kind, json.dumps(meta or {}), time.time()),
             )
-        return dict(meta or {})
+            row = db.execute("SELECT kind, meta FROM histories WHERE id = ?", (history,)).fetchone()
+        if row[0] != kind:
+            raise StoreError(f"history {history!r} is a {row[0]} history, not {kind}")
+        return dict(json.loads(row[1]))
+
+    def drop_history(self, history: str) -> bool:
+        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting); the
+        only deletion there is. Returns whether it existed."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM histories WHERE id = ?", (history,)).fetchone() is None:
+                return False
+            db.execute("INSERT OR IGNORE INTO dropping VALUES (?)", (history,))
+            for table in ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes"):
+                db.execute(f"DELETE FROM {table} WHERE history_id = ?", (history,))
+            db.execute("DELETE FROM histories WHERE id = ?", (history,))
+            db.execute("DELETE FROM dropping WHERE history_id = ?", (history,))
+        return True
 
     def histories(self) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
@@ -140,9 +164,19 @@ class SQLiteStore:
         notes: Sequence[Note],
         links: Sequence[tuple[int, int]],
         calls: Sequence[LLMCall] = (),
+        *,
+        steps: Sequence[StepRow] = (),
+        state: Mapping[str, Any] | None = None,
     ) -> None:
         now = time.time()
         with self._write() as db:
+            for step in steps:
+                try:
+                    db.execute("INSERT INTO steps VALUES (?,?,?,?)", (history, step.n, step.step_id, step.data))
+                except sqlite3.IntegrityError as exc:
+                    raise ConcurrentWriteError(f"step {step.n} of {history!r} was written by another writer") from exc
+            for key, value in (state or {}).items():
+                db.execute("INSERT OR REPLACE INTO state VALUES (?,?,?)", (history, key, json.dumps(value)))
             for n in notes:
                 try:
                     db.execute(
@@ -173,6 +207,10 @@ class SQLiteStore:
                 except sqlite3.IntegrityError as exc:
                     if "unit_id" in str(exc):
                         raise DuplicateUnitError(f"unit {n.unit_id!r} is already in history {history!r}") from exc
+                    if "seq" in str(exc):
+                        raise ConcurrentWriteError(
+                            f"note {n.seq} of {history!r} was written by another writer"
+                        ) from exc
                     raise
                 db.executemany(
                     "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -203,26 +241,44 @@ class SQLiteStore:
             db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
             _insert_calls(db, history, calls)
 
-    def load_notes(self, history: str) -> list[Note]:
+    def note_count(self, history: str) -> int:
+        rows = self._read("SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?", (history,))
+        return int(rows[0][0])
+
+    def load_links(self, history: str, start: int = 0) -> list[tuple[int, int]]:
+        rows = self._read(
+            "SELECT src, dst FROM links WHERE history_id = ? AND (src >= ? OR dst >= ?) ORDER BY rowid",
+            (history, start, start),
+        )
+        return [(int(a), int(b)) for a, b in rows]
+
+    def load_steps(self, history: str) -> list[StepRow]:
+        rows = self._read("SELECT n, step_id, data FROM steps WHERE history_id = ? ORDER BY n", (history,))
+        return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
+
+    def load_notes(self, history: str, start: int = 0) -> list[Note]:
         rows = self._read(
             "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
             " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
-            " FROM notes WHERE history_id = ? ORDER BY seq",
-            (history,),
+            " FROM notes WHERE history_id = ? AND seq >= ? ORDER BY seq",
+            (history, start),
         )
         pieces: dict[int, list[tuple[Any, ...]]] = {}
         for p in self._read(
             'SELECT seq, idx, start, "end", tokens, label, label_tokens, block, source_id FROM pieces'
-            " WHERE history_id = ? ORDER BY seq, idx",
-            (history,),
+            " WHERE history_id = ? AND seq >= ? ORDER BY seq, idx",
+            (history, start),
         ):
             pieces.setdefault(p[0], []).append(p[1:])
         links: dict[int, list[int]] = {}
-        for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ? ORDER BY rowid", (history,)):
+        for a, b in self._read(
+            "SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY rowid", (history, start)
+        ):
             links.setdefault(a, []).append(b)
         vectors: dict[int, list[bytes]] = {}
         for seq, blob in self._read(
-            "SELECT seq, vector FROM piece_vectors WHERE history_id = ? ORDER BY seq, idx", (history,)
+            "SELECT seq, vector FROM piece_vectors WHERE history_id = ? AND seq >= ? ORDER BY seq, idx",
+            (history, start),
         ):
             vectors.setdefault(seq, []).append(blob)
         notes = []
@@ -275,7 +331,7 @@ class SQLiteStore:
         return notes
 
     # -- caches and accounting ---------------------------------------------------------------------
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> None:
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
         with self._write() as db:
             _insert_calls(db, history, calls)
             db.execute(
@@ -292,6 +348,19 @@ class SQLiteStore:
                     int(merged.flagged),
                 ),
             )
+        stored = self.get_merged(history, merged.first, merged.last, merged.level)
+        return stored or merged
+
+    def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None:
+        rows = self._read(
+            "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged"
+            " WHERE history_id = ? AND first_seq = ? AND last_seq = ? AND level = ?",
+            (history, first, last, level),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
     def load_merged(self, history: str) -> list[MergedRecord]:
         return [
@@ -316,8 +385,7 @@ class SQLiteStore:
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
 
     def set_state(self, history: str, key: str, value: Any) -> None:
-        with self._write() as db:
-            db.execute("INSERT OR REPLACE INTO state VALUES (?,?,?)", (history, key, json.dumps(value)))
+        self.append_notes(history, [], [], state={key: value})
 
     def get_state(self, history: str, key: str) -> Any:
         rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))

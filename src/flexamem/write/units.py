@@ -11,6 +11,7 @@ become ``\\n``; nothing else is changed, so exact strings survive verbatim.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -147,6 +148,23 @@ def cut_session(
             UnitDraft(unit_id=unit_id, kind="conversation", raw=raw, blocks=rebased, session_id=session_id, date=date)
         )
     return units
+
+
+def free_session_id(history: Any) -> str:
+    """The name of a library-named session: ``s<n>`` for the first ``n`` past the history's session
+    count that no session or unit of the history holds (a caller's own ``s2`` is never reused)."""
+    used = {n.session_id for n in history.notes}
+    k = len(used) + 1
+    while f"s{k}" in used or f"s{k}" in history.unit_ids:
+        k += 1
+    return f"s{k}"
+
+
+def relabel_drafts(drafts: Sequence[UnitDraft], session_id: str) -> list[UnitDraft]:
+    """The same units (as cut by :func:`cut_session`) under another session id."""
+    if len(drafts) == 1:
+        return [dataclasses.replace(drafts[0], unit_id=session_id, session_id=session_id)]
+    return [dataclasses.replace(d, unit_id=f"{session_id}/{k}", session_id=session_id) for k, d in enumerate(drafts)]
 
 
 def pack_steps(step_tokens: Sequence[int], max_tokens: int) -> list[list[int]]:

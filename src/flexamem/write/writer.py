@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.notes import LLMCall, Note, Record, UnitDraft
+from flexamem.notes import LLMCall, Note, Piece, Record, UnitDraft
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
 from flexamem.write.pieces import cut_pieces
@@ -32,6 +33,24 @@ def link_targets(vector: np.ndarray, earlier: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in order[:k]]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Notes-to-be of a batch of units, all but their place: ``NoteWriter.prepare`` -> ``assign``."""
+
+    drafts: tuple[UnitDraft, ...]
+    records: tuple[Record, ...]
+    vectors: np.ndarray  # one embedding per unit
+    counts: tuple[int, ...]  # raw, record and fields tokens of every unit, in three runs
+    pieces: tuple[tuple[Piece, ...], ...]
+    piece_vectors: tuple[np.ndarray | None, ...]
+
+    def relabel(self, drafts: Sequence[UnitDraft]) -> Prepared:
+        """The same units under new ids (a library-chosen session id taken meanwhile by another writer)."""
+        if [d.raw for d in drafts] != [d.raw for d in self.drafts]:
+            raise ValueError("relabelled drafts must hold the same text")
+        return dataclasses.replace(self, drafts=tuple(drafts))
+
+
 class NoteWriter:
     """Writes notes for a batch of units that follow ``start_seq`` earlier notes."""
 
@@ -48,11 +67,16 @@ class NoteWriter:
         records: Sequence[Record],
     ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
         """Notes for ``drafts`` from their ``records`` (written beforehand by a record writer), the new
-        link edges (both directions) and the model calls that wrote the records."""
-        if not drafts:
-            return [], [], []
+        link edges (both directions) and the model calls that wrote them."""
+        return self.assign(self.prepare(drafts, records), start_seq, earlier)
+
+    def prepare(self, drafts: Sequence[UnitDraft], records: Sequence[Record]) -> Prepared:
+        """Everything costly about the notes (embeddings, pieces, token counts), before their place in
+        the history is known: a writer that lost a race re-assigns without redoing any of it."""
         if len(records) != len(drafts):
             raise RuntimeError(f"the record writer returned {len(records)} records for {len(drafts)} units")
+        if not drafts:
+            return Prepared((), (), np.zeros((0, self.embedder.dim), dtype=np.float32), (), (), ())
         field_texts = [r.fields.as_text() for r in records]
         vectors = self.embedder.embed([embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)])
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
@@ -70,6 +94,13 @@ class NoteWriter:
             for i in wanted:
                 piece_vectors[i] = flat[start : start + len(pieces[i])]
                 start += len(pieces[i])
+        return Prepared(tuple(drafts), tuple(records), vectors, tuple(counts), tuple(pieces), tuple(piece_vectors))
+
+    def assign(
+        self, prepared: Prepared, start_seq: int, earlier: np.ndarray
+    ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
+        """The notes at ``start_seq..`` with their links to the ``earlier`` notes' embeddings."""
+        drafts, records, vectors, counts = prepared.drafts, prepared.records, prepared.vectors, prepared.counts
         n = len(drafts)
         notes: list[Note] = []
         links: list[tuple[int, int]] = []
@@ -91,7 +122,7 @@ class NoteWriter:
                     fields=record.fields,
                     fields_tokens=counts[2 * n + i],
                     embedding=vectors[i],
-                    pieces=pieces[i],
+                    pieces=prepared.pieces[i],
                     blocks=draft.blocks,
                     links=tuple(targets),
                     session_id=draft.session_id,
@@ -100,7 +131,7 @@ class NoteWriter:
                     writer=record.writer,
                     flagged=record.flagged,
                     flag_reason=record.flag_reason,
-                    piece_vectors=piece_vectors[i],
+                    piece_vectors=prepared.piece_vectors[i],
                 )
             )
             calls += [dataclasses.replace(c, seq=seq) for c in record.calls]

@@ -1,0 +1,216 @@
+"""One history of a store as every process sees it: the per-history core that ``Memory``, agent
+sessions and the server share.
+
+The core keeps the in-memory view (:class:`~flexamem.history.History`: notes, BM25 indexes, vectors)
+and follows the store: before a render it asks the store how many notes the history holds (one
+indexed look-up) and, when another process or object wrote more, loads just those notes and the new
+link edges and extends the view (never a full reload). A write prepares everything costly first
+(embeddings, pieces, token counts), then, under the lock, catches up, numbers the notes after the
+last stored one and appends them in one transaction; if another writer took those numbers first, the
+store refuses (:class:`~flexamem.errors.ConcurrentWriteError`) and the core catches up and tries
+again. Merged records are stored once per span, whoever computes them first (the timeline keeps the
+stored one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from flexamem.config import Settings
+from flexamem.errors import BudgetError, ConcurrentWriteError, DuplicateUnitError
+from flexamem.history import History
+from flexamem.notes import Note, Record, UnitDraft
+from flexamem.render.renderer import Renderer
+from flexamem.render.timeline import Timeline
+from flexamem.store.base import StepRow, Store
+from flexamem.tokens import TokenCounter
+from flexamem.write.embed import Embedder, default_embedder
+from flexamem.write.records import AsyncRecordWriter, RecordWriter
+from flexamem.write.writer import NoteWriter, Prepared
+
+WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
+
+Relabel = Callable[[History], Sequence[UnitDraft]]
+
+
+class HistoryCore:
+    """The view of one history that follows its store, and the only way notes are written to it."""
+
+    def __init__(
+        self,
+        store: Store,
+        history_id: str,
+        settings: Settings,
+        writer: RecordWriter,
+        counter: TokenCounter,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.store = store
+        self.history_id = history_id
+        self.settings = settings
+        self.writer = writer
+        self.counter = counter
+        self._embedder = embedder
+        self.lock = threading.RLock()
+        self._history: History | None = None
+        self._renderer: Renderer | None = None
+        self._piece_vectors: dict[int, np.ndarray] = {}
+        self._query_vectors: dict[str, np.ndarray] = {}
+
+    # -- the view --------------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        with self.lock:
+            if self._embedder is None:
+                self._embedder = default_embedder()
+            return self._embedder
+
+    @property
+    def history(self) -> History:
+        """The in-memory view, loaded from the store on first use (call :meth:`sync` to catch up)."""
+        with self.lock:
+            if self._history is None:
+                self._history = History.from_notes(self.store.load_notes(self.history_id), self.embedder.dim)
+            return self._history
+
+    @property
+    def renderer(self) -> Renderer:
+        with self.lock:
+            if self._renderer is None:
+                timeline = Timeline(self.history, self.store, self.history_id, self.writer, self.counter)
+                self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
+            return self._renderer
+
+    def sync(self) -> int:
+        """Catch up with notes other writers stored since the view was loaded; returns how many."""
+        with self.lock:
+            history = self.history
+            stored = self.store.note_count(self.history_id)
+            if stored <= len(history):
+                return 0
+            start = len(history)
+            notes = self.store.load_notes(self.history_id, start)
+            links = self.store.load_links(self.history_id, start)
+            history.extend(notes, links)
+            return len(notes)
+
+    def notes(self) -> list[Note]:
+        """Every note, oldest first, with its current links (later notes add back-links)."""
+        with self.lock:
+            self.sync()
+            history = self.history
+            return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def check_new(self, drafts: Sequence[UnitDraft]) -> None:
+        seen = set(self.history.unit_ids)
+        for d in drafts:
+            if d.unit_id in seen:
+                raise DuplicateUnitError(f"unit {d.unit_id!r} is already in history {self.history_id!r}")
+            seen.add(d.unit_id)
+
+    def write(
+        self,
+        drafts: Sequence[UnitDraft],
+        records: Sequence[Record] | None = None,
+        *,
+        relabel: Relabel | None = None,
+        steps: Sequence[StepRow] = (),
+        state: Mapping[str, Any] | None = None,
+        retry: bool = True,
+    ) -> list[Note]:
+        """Store ``drafts`` as notes (with agent ``steps`` and session ``state`` in the same transaction).
+
+        Records are written first, outside the lock (a model may take seconds per unit and renders
+        must not wait). ``relabel(history)`` re-names the drafts after a catch-up (a library-chosen
+        session id another writer took meanwhile). ``retry=False``: a lost race raises
+        :class:`ConcurrentWriteError` instead (an agent session whose steps another process advanced).
+        """
+        if drafts:
+            with self.lock:
+                self.sync()
+                self.check_new(relabel(self.history) if relabel else drafts)  # before any model call
+        if records is None:
+            records = self.writer.write_records(drafts)
+        prepared = NoteWriter(self.embedder, self.counter, self.settings).prepare(drafts, records)
+        for attempt in range(WRITE_ATTEMPTS):
+            with self.lock:
+                history = self.history
+                self.sync()
+                if relabel is not None:
+                    prepared = prepared.relabel(relabel(history))
+                self.check_new(prepared.drafts)
+                if drafts:
+                    self.store.ensure_history(self.history_id, drafts[0].kind)
+                notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).assign(
+                    prepared, len(history), history.embeddings
+                )
+                try:
+                    self.store.append_notes(self.history_id, notes, links, calls, steps=steps, state=state)
+                except ConcurrentWriteError:
+                    if not retry:
+                        raise
+                else:
+                    history.extend(notes, links)
+                    return notes
+            time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
+        raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
+
+    async def awrite_records(self, drafts: Sequence[UnitDraft]) -> list[Record]:
+        if isinstance(self.writer, AsyncRecordWriter):
+            return await self.writer.awrite_records(drafts)
+        return await asyncio.to_thread(self.writer.write_records, drafts)
+
+    def prepare(self, drafts: Sequence[UnitDraft], records: Sequence[Record]) -> Prepared:
+        return NoteWriter(self.embedder, self.counter, self.settings).prepare(drafts, records)
+
+    # -- budgets and vectors ---------------------------------------------------------------------------
+    @staticmethod
+    def ceiling(budget: int) -> int:
+        """``floor(0.95 * B)``: the hard limit on the whole context."""
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+            raise BudgetError(f"budget must be a positive number of tokens, got {budget!r}")
+        return (budget * 95) // 100
+
+    def allowance(self, budget: int, fixed_tokens: int) -> int:
+        allowance = self.ceiling(budget) - fixed_tokens
+        if allowance <= 0:
+            raise BudgetError(
+                f"budget {budget} leaves no room for memory: the fixed prompt takes {fixed_tokens} of the "
+                f"{self.ceiling(budget)} tokens allowed (0.95 * budget)"
+            )
+        return allowance
+
+    def query_vector(self, text: str) -> np.ndarray:
+        vector = self._query_vectors.get(text)
+        if vector is None:
+            vector = self.embedder.embed([text])[0]
+            if len(self._query_vectors) > 256:
+                self._query_vectors.clear()
+            self._query_vectors[text] = vector
+        return vector
+
+    def cache_query_vectors(self, vectors: Mapping[str, np.ndarray]) -> None:
+        """Vectors of queries embedded in a batch beforehand (an evaluation embeds all its questions)."""
+        self._query_vectors.update(vectors)
+
+    def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
+        """Embeddings of pieces (by BM25 doc id): those written with the notes, else computed when
+        first needed and kept in memory."""
+        history = self.history
+        ready = history.piece_vector_ready
+        if all(ready[d] for d in docs):
+            return history.piece_matrix[list(docs)] if docs else np.zeros((0, self.embedder.dim))
+        missing = [d for d in docs if d not in self._piece_vectors]
+        if missing:
+            texts = [history.piece(d)[1].text for d in missing]
+            for d, v in zip(missing, self.embedder.embed(texts), strict=True):
+                self._piece_vectors[d] = v
+        return np.stack([self._piece_vectors[d] for d in docs]) if docs else np.zeros((0, self.embedder.dim))
