@@ -147,8 +147,6 @@ class HistoryCore:
                 if relabel is not None:
                     prepared = prepared.relabel(relabel(history))
                 self.check_new(prepared.drafts)
-                if drafts:
-                    self.store.ensure_history(self.history_id, drafts[0].kind)
                 notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).assign(
                     prepared, len(history), history.embeddings
                 )

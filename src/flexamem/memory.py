@@ -236,6 +236,9 @@ class Memory:
         return self.core.notes()
 
     def note(self, unit_id: str) -> Note:
+        if not isinstance(unit_id, str):
+            raise InvalidInputError(f"unit_id must be a string, got {type(unit_id).__name__}")
+        self.core.sync()
         try:
             seq = self.history.unit_ids[unit_id]
         except KeyError:
@@ -272,7 +275,10 @@ class Memory:
         if options is not None and not isinstance(options, RenderOptions):
             raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
         if query_vector is not None:
-            query_vector = np.asarray(query_vector, dtype=np.float32)
+            try:
+                query_vector = np.asarray(query_vector, dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"query_vector must be {self.embedder.dim} numbers: {exc}") from None
             if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))

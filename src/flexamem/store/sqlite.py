@@ -170,6 +170,13 @@ class SQLiteStore:
     ) -> None:
         now = time.time()
         with self._write() as db:
+            if notes:  # the history row lands with its first notes (a failed write leaves no empty history)
+                db.execute(
+                    "INSERT OR IGNORE INTO histories VALUES (?, ?, '{}', ?)", (history, notes[0].kind, time.time())
+                )
+                kind = db.execute("SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
+                if kind != notes[0].kind:
+                    raise StoreError(f"history {history!r} is a {kind} history, not {notes[0].kind}")
             for step in steps:
                 try:
                     db.execute("INSERT INTO steps VALUES (?,?,?,?)", (history, step.n, step.step_id, step.data))

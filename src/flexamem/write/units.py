@@ -46,8 +46,8 @@ def clean_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
 
 def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
     """Validate caller turns: dicts with ``speaker`` and ``text`` (``id`` and ``role`` optional)."""
-    if isinstance(turns, str | bytes | Mapping):
-        raise InvalidInputError("turns must be a list of turns, not a single string or mapping")
+    if isinstance(turns, str | bytes | Mapping) or not isinstance(turns, Iterable):
+        raise InvalidInputError("turns must be a list of turns ({'speaker': ..., 'text': ...} dicts)")
     out: list[Turn] = []
     for i, turn in enumerate(turns):
         where = f"turn {i}"
@@ -55,9 +55,9 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
             turn = {"speaker": turn.speaker, "text": turn.text, "id": turn.id, "role": turn.role}
         if not isinstance(turn, Mapping):
             raise InvalidInputError(f"{where} must be a mapping with 'speaker' and 'text'")
-        unknown = set(turn) - TURN_FIELDS
+        unknown = [repr(k) for k in turn if k not in TURN_FIELDS]
         if unknown:
-            raise InvalidInputError(f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(TURN_FIELDS)}")
+            raise InvalidInputError(f"{where} has unknown field(s) {', '.join(unknown)}; allowed: {sorted(TURN_FIELDS)}")
         if turn.get("speaker") is None:
             raise InvalidInputError(f"{where} has no speaker")
         speaker = clean_text(turn["speaker"], f"{where} speaker").strip()
@@ -65,13 +65,15 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
             raise InvalidInputError(f"{where} speaker spans several lines")
         text = clean_text(turn.get("text"), f"{where} text")
         tid = turn.get("id")
+        if isinstance(tid, int) and not isinstance(tid, bool):
+            tid = str(tid)
         role = turn.get("role")
         out.append(
             Turn(
                 speaker=speaker,
                 text=text,
-                id=None if tid is None else str(tid),
-                role=None if role is None else str(role).lower(),
+                id=None if tid is None else clean_text(tid, f"{where} id").strip(),
+                role=None if role is None else clean_text(role, f"{where} role").strip().lower(),
             )
         )
     if not out:

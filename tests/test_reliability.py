@@ -1,0 +1,198 @@
+"""Many objects, threads and processes on one store: one consistent truth (the reliability issue's reproducers)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import flexamem as fm
+
+
+def turn(text: str, speaker: str = "A") -> list[dict[str, str]]:
+    return [{"speaker": speaker, "text": text}]
+
+
+def test_a_second_memory_on_one_file_sees_and_extends_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "two.db"
+    a, b = fm.Memory(path), fm.Memory(path)
+    a.add_session(turn("seed"), session_id="seed")
+    assert len(b) == 1
+    a.add_session(turn("the zebra code is 7919"), session_id="a1")
+    assert "zebra code is 7919" in b.render("zebra code", budget=4096).text  # b catches up before rendering
+    assert b.add_session(turn("hello", "B"), session_id="b1") == ["b1"]  # b numbers after a's notes
+    assert a.add_session(turn("and again"), session_id="a2") == ["a2"]
+    for m in (a, b, fm.Memory(path)):
+        notes = m.notes()
+        assert [n.seq for n in notes] == [0, 1, 2, 3]
+        assert [n.unit_id for n in notes] == ["seed", "a1", "b1", "a2"]
+        assert all(0 <= t < len(notes) for n in notes for t in n.links)
+
+
+def test_library_named_sessions_never_collide_with_the_callers(tmp_path: Path) -> None:
+    path = tmp_path / "names.db"
+    a, b = fm.Memory(path), fm.Memory(path)
+    a.add_session(turn("one"), session_id="s2")
+    assert a.add_session(turn("two")) == ["s3"]  # s1 would be the count's name ... s2 is the caller's: skip both
+    assert b.add_session(turn("three")) == ["s4"]  # b has not seen s3 yet: it catches up when it writes
+    assert a.add_session(turn("four")) == ["s5"]
+    assert sorted(n.unit_id for n in fm.Memory(path).notes()) == ["s2", "s3", "s4", "s5"]
+
+
+def test_threads_writing_on_a_fresh_memory_lose_nothing(tmp_path: Path) -> None:
+    mem = fm.Memory(tmp_path / "t.db")
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(5):
+                mem.add_session(turn(f"thread {k} note {i}"), session_id=f"t{k}-{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(mem) == 20 == len(fm.Memory(tmp_path / "t.db").notes())
+
+
+def many_sessions(mem: fm.Memory, count: int) -> None:
+    for i in range(count):
+        mem.add_session(
+            [{"speaker": "Ana", "text": f"Session {i}: the parcel {i} went to depot {i % 7} on a grey morning."}] * 3,
+            session_id=f"x{i}",
+        )
+
+
+def test_a_read_only_reader_renders_when_merges_are_needed(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    many_sessions(fm.Memory(path), 60)
+    before = path.read_bytes()
+    reader = fm.Memory(path, read_only=True)
+    r = reader.render("where did parcel 7 go?", budget=2048, mode="units")
+    assert r.tokens <= r.allowance and "· merged]" in r.text  # merged records made in memory, by rule
+    assert all(v.resolution != "hidden" for v in r.shown)
+    assert reader.render("parcel 7 depot", budget=2048).tokens <= 2048
+    with pytest.raises(fm.ReadOnlyStoreError):
+        reader.add_session(turn("no"), session_id="no")
+    assert path.read_bytes() == before  # nothing written by the reader
+
+
+def test_merged_records_are_stored_once_and_shared(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    many_sessions(fm.Memory(path), 60)
+    a, b = fm.Memory(path), fm.Memory(path)
+    ra = a.render("parcel 7", budget=2048, mode="units")
+    rb = b.render("parcel 7", budget=2048, mode="units")
+    assert ra.text == rb.text and ra.merges_written > 0 and rb.merges_written == 0
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT first_seq, last_seq, level, COUNT(*) FROM merged GROUP BY 1, 2, 3").fetchall()
+    assert rows and all(r[3] == 1 for r in rows)
+
+
+def test_agent_sessions_belong_to_their_history(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.db"
+    alice, bob = fm.Memory(path, history="alice"), fm.Memory(path, history="bob")
+    session = alice.agent(task="Alice's task", budget=2048, session_id="team-1")
+    session.step(action="look", observation="found the key")
+    with pytest.raises(fm.InvalidInputError, match="no stored agent session"):
+        bob.agent(session_id="team-1")
+    mine = bob.agent(task="Bob's task", budget=2048, session_id="team-1")  # Bob's own, separate session
+    assert mine.task == "Bob's task" and mine.steps == []
+    assert fm.Memory(path, history="alice").agent(session_id="team-1").steps[0].observation == "found the key"
+    histories = dict(fm.Memory(path).store.histories())
+    assert "alice/agent:team-1" in histories and "bob/agent:team-1" in histories
+
+
+def test_agent_steps_are_idempotent_by_step_id(tmp_path: Path) -> None:
+    path = tmp_path / "steps.db"
+    agent = fm.Memory(path).agent(task="t", budget=1024, session_id="s")
+    assert agent.step(action="a", observation="o", step_id="call-1") == 1
+    assert agent.step(action="a", observation="o", step_id="call-1") == 1  # a retry records nothing
+    assert agent.step(action="b", observation="p", step_id="call-2") == 2
+    again = fm.Memory(path).agent(session_id="s")
+    assert again.step(action="a", observation="o", step_id="call-1") == 1  # known after a restart too
+    assert len(again.steps) == 2
+    with pytest.raises(fm.InvalidInputError, match="another action"):
+        again.step(action="changed", observation="o", step_id="call-1")
+
+
+def test_a_failed_step_stores_nothing_and_leaves_the_session_usable(tmp_path: Path) -> None:
+    mem = fm.Memory(tmp_path / "f.db")
+    agent = mem.agent(task="t", budget=600, session_id="s")
+    for i in range(12):
+        agent.step(action=f"call {i}", observation=f"result {i} " * 40)
+    stored = len(mem.store.load_steps(agent.core.history_id))
+    for bad in ({"action": "a", "messages": "text"}, {"action": "a", "messages": [{"content": "x"}]}):
+        with pytest.raises(fm.InvalidInputError):
+            agent.step(**bad)  # type: ignore[arg-type]
+    assert len(mem.store.load_steps(agent.core.history_id)) == stored == len(agent.steps)
+    assert agent.context().tokens <= agent.context().ceiling
+
+
+def test_a_second_driver_of_one_session_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "d.db"
+    one = fm.Memory(path).agent(task="t", budget=1024, session_id="s")
+    two = fm.Memory(path).agent(session_id="s")
+    one.step(action="first", observation="ok")
+    with pytest.raises(fm.StoreError):
+        two.step(action="other", observation="ok")  # its view is one step behind: nothing of it is stored
+    assert [s.action for s in fm.Memory(path).agent(session_id="s").steps] == ["first"]
+
+
+def test_steps_stored_before_their_unit_resume_consistently(tmp_path: Path) -> None:
+    """A crash (in an older version) after a step was saved but before its unit was written."""
+    path = tmp_path / "c.db"
+    agent = fm.Memory(path).agent(task="t", budget=700, session_id="s")
+    for i in range(20):
+        agent.step(action=f"call {i}", observation=f"out {i} " * 60)
+    written = len(agent.core.history)
+    db = sqlite3.connect(path)  # the state a crash between the two writes left: steps without units
+    data = json.dumps({"action": "late", "observation": "x " * 400, "actor": "assistant", "messages": []})
+    db.execute("INSERT INTO steps VALUES ('agent:s', 20, NULL, ?)", (data,))
+    db.execute("INSERT INTO steps VALUES ('agent:s', 21, NULL, ?)", (data.replace("late", "later"),))
+    db.commit()
+    db.close()
+    again = fm.Memory(path).agent(session_id="s")
+    assert len(again.core.history) >= written  # the missing units are written on resume
+    ctx = again.context()
+    assert ctx.tokens <= ctx.ceiling and not ctx.pass_through
+
+
+def test_drop_deletes_a_whole_history_and_its_sessions_only(tmp_path: Path) -> None:
+    path = tmp_path / "drop.db"
+    alice, bob = fm.Memory(path, history="alice"), fm.Memory(path, history="bob")
+    many_sessions(alice, 3)
+    many_sessions(bob, 2)
+    alice.agent(task="t", budget=1024, session_id="x").step(action="a", observation="o")
+    alice.render("parcel", budget=300, mode="units")
+    assert alice.drop() is True
+    assert len(alice) == 0 and len(fm.Memory(path, history="alice")) == 0
+    assert [h for h, _ in fm.Memory(path).store.histories()] == ["bob"]
+    assert len(bob) == 2
+    assert alice.drop() is False
+    alice.add_session(turn("a new start"), session_id="n1")  # the history can be written again
+    db = sqlite3.connect(path)
+    with pytest.raises(sqlite3.DatabaseError, match="write-once"):
+        db.execute("DELETE FROM notes WHERE history_id = 'bob'")  # deletion stays refused otherwise
+
+
+def test_a_failed_first_write_leaves_no_empty_history(tmp_path: Path) -> None:
+    class Failing(fm.RuleWriter):
+        def write_records(self, drafts, progress=None):  # type: ignore[no-untyped-def]
+            raise fm.LLMError("the model is down")
+
+    path = tmp_path / "e.db"
+    mem = fm.Memory(path, history="new", writer=Failing())
+    with pytest.raises(fm.LLMError):
+        mem.add_session(turn("hello"), session_id="h1")
+    with pytest.raises(fm.InvalidInputError):
+        mem.add_session([{"speaker": "A", "text": "ok"}, {"speaker": "B", "text": "\ud800"}])
+    assert fm.Memory(path).store.histories() == []
+    assert mem.render("hello", budget=500).text == ""
