@@ -28,3 +28,31 @@ def demo_mem(tmp_path: Path) -> fm.Memory:
     for sid, date, turns in DEMO_SESSIONS:
         m.add_session(turns, session_id=sid, date=date)
     return m
+
+
+def postgres_url() -> str | None:
+    """The test server's URL (``make test`` starts one: scripts/start_postgres.sh), or None. With
+    ``FLEXAMEM_REQUIRE_POSTGRES=1`` (CI) a missing server fails the Postgres tests instead of skipping."""
+    url = os.environ.get("FLEXAMEM_TEST_POSTGRES")
+    if not url and os.environ.get("FLEXAMEM_REQUIRE_POSTGRES") == "1":
+        pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set (scripts/start_postgres.sh)")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a contract test's memories live: a SQLite file, or the test PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "contract.db")
+    url = postgres_url()
+    if url is None:
+        pytest.skip("no PostgreSQL test server (FLEXAMEM_TEST_POSTGRES); `make test` starts one")
+    return url
+
+
+@pytest.fixture()
+def tenant() -> str:
+    """A history name no other test uses (the Postgres test database is shared by every test)."""
+    import uuid
+
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -97,7 +97,8 @@ class HistoryCore:
                 return 0
             start = len(history)
             notes = self.store.load_notes(self.history_id, start)
-            links = self.store.load_links(self.history_id, start)
+            end = start + len(notes)  # more may land between the two reads: their links wait for the next sync
+            links = [(a, b) for a, b in self.store.load_links(self.history_id, start) if a < end and b < end]
             history.extend(notes, links)
             return len(notes)
 

@@ -39,11 +39,22 @@ if TYPE_CHECKING:
     from flexamem.agent import AgentSession
 
 
+def open_store(path: str | Path, *, read_only: bool = False) -> Store:
+    """The store a path names: ``postgresql://...`` (or ``postgres://``) a PostgreSQL database, anything
+    else a SQLite file (``":memory:"``: a throwaway one)."""
+    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        from flexamem.store.postgres import PostgresStore
+
+        return PostgresStore(path, read_only=read_only)
+    return SQLiteStore(path, read_only=read_only)
+
+
 class Memory:
     """A write-once memory of one history, stored in SQLite (or any :class:`Store`).
 
     Args:
-        path: SQLite file, or ``":memory:"`` for a throwaway memory. Ignored when ``store`` is given.
+        path: SQLite file, ``":memory:"`` for a throwaway memory, or a ``postgresql://`` URL (shared by
+            many processes and machines; the ``postgres`` extra). Ignored when ``store`` is given.
         history: which history of the store this object reads and writes (a store can hold many).
         settings: writing and rendering settings; defaults are documented in :class:`Settings`.
         writer: writes records and fields; the offline :class:`RuleWriter` by default.
@@ -71,7 +82,7 @@ class Memory:
                 raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
             if "\x00" in str(path):
                 raise InvalidInputError("path holds a NUL character")
-        self.store: Store = store or SQLiteStore(path, read_only=read_only)
+        self.store: Store = store or open_store(path, read_only=read_only)
         self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
         if not isinstance(self.history_id, str) or not self.history_id:
             raise InvalidInputError(f"history must be a non-empty string, got {history!r}")

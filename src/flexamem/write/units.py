@@ -57,7 +57,9 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
             raise InvalidInputError(f"{where} must be a mapping with 'speaker' and 'text'")
         unknown = [repr(k) for k in turn if k not in TURN_FIELDS]
         if unknown:
-            raise InvalidInputError(f"{where} has unknown field(s) {', '.join(unknown)}; allowed: {sorted(TURN_FIELDS)}")
+            raise InvalidInputError(
+                f"{where} has unknown field(s) {', '.join(unknown)}; allowed: {sorted(TURN_FIELDS)}"
+            )
         if turn.get("speaker") is None:
             raise InvalidInputError(f"{where} has no speaker")
         speaker = clean_text(turn["speaker"], f"{where} speaker").strip()

@@ -1,0 +1,509 @@
+"""PostgreSQL store: many machines on one truth (``fm.Memory("postgresql://user@host/db")``).
+
+The same tables and the same promises as :mod:`flexamem.store.sqlite`: a migrations list, one
+transaction per write, write-once enforced by the database (triggers refuse UPDATE and DELETE of
+notes, pieces, links, merged records, steps and histories, except the deletion of a whole history
+marked in ``dropping`` by :meth:`PostgresStore.drop_history`). Connections come from a small
+``psycopg_pool`` pool, so one store is safe to share between threads.
+
+Vectors are stored as ``bytea`` (float32) and scored in process, per history: a history is one
+conversation or one agent episode (thousands of notes at most), while the scale of a deployment is in
+the number of histories, which this spreads over every worker and machine. pgvector is not needed
+(nor available in Debian 12's PostgreSQL); see docs/RELIABILITY.md for the limits.
+
+Requires the ``postgres`` extra: ``pip install 'flexamem[postgres]'`` (psycopg 3 and psycopg_pool).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from flexamem.errors import (
+    ConcurrentWriteError,
+    DuplicateUnitError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+    WriteOnceError,
+)
+from flexamem.notes import Fields, LLMCall, Note, Piece
+from flexamem.store.base import MergedRecord, StepRow
+from flexamem.store.sqlite import _blocks_from, _blocks_json
+
+_IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
+
+MIGRATIONS: list[str] = [
+    # 1: everything SQLite's schema 3 holds
+    """
+    CREATE TABLE histories (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE notes (
+        history_id TEXT NOT NULL REFERENCES histories(id), seq INTEGER NOT NULL,
+        unit_id TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT, date TEXT,
+        step_first INTEGER, step_last INTEGER,
+        raw TEXT NOT NULL, raw_tokens INTEGER NOT NULL,
+        record TEXT NOT NULL, record_tokens INTEGER NOT NULL,
+        fields TEXT NOT NULL, fields_tokens INTEGER NOT NULL,
+        embedding BYTEA NOT NULL, blocks TEXT NOT NULL,
+        writer TEXT NOT NULL, flagged INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        flag_reason TEXT,
+        CONSTRAINT notes_seq PRIMARY KEY (history_id, seq),
+        CONSTRAINT notes_unit UNIQUE (history_id, unit_id)
+    );
+    CREATE TABLE pieces (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
+        start INTEGER NOT NULL, "end" INTEGER NOT NULL, tokens INTEGER NOT NULL,
+        label TEXT, label_tokens INTEGER NOT NULL, block INTEGER NOT NULL, source_id TEXT,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE links (
+        history_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, id BIGSERIAL,
+        PRIMARY KEY (history_id, src, dst)
+    );
+    CREATE TABLE merged (
+        history_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+        level INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, writer TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, flagged INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (history_id, first_seq, last_seq, level)
+    );
+    CREATE TABLE piece_vectors (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, vector BYTEA NOT NULL,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE llm_calls (
+        id BIGSERIAL PRIMARY KEY, history_id TEXT NOT NULL, seq INTEGER, purpose TEXT NOT NULL,
+        model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        cached INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX llm_calls_by_note ON llm_calls (history_id, seq);
+    CREATE TABLE state (
+        history_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (history_id, key)
+    );
+    CREATE TABLE steps (
+        history_id TEXT NOT NULL, n INTEGER NOT NULL, step_id TEXT, data TEXT NOT NULL,
+        CONSTRAINT steps_n PRIMARY KEY (history_id, n), CONSTRAINT steps_id UNIQUE (history_id, step_id)
+    );
+    CREATE TABLE dropping (history_id TEXT PRIMARY KEY);
+    CREATE FUNCTION flexamem_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' AND EXISTS (
+            SELECT 1 FROM dropping WHERE history_id = to_jsonb(OLD) ->> TG_ARGV[0]) THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'flexamem: % are write-once', TG_TABLE_NAME;
+    END $$;
+    """
+    + "".join(
+        f"""
+    CREATE TRIGGER {t}_write_once BEFORE UPDATE OR DELETE ON {t}
+        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('{"id" if t == "histories" else "history_id"}');
+    """
+        for t in (*_IMMUTABLE, "histories")
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class PostgresStore:
+    """A :class:`~flexamem.store.base.Store` in a PostgreSQL database (shared by every process)."""
+
+    def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 4) -> None:
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - depends on the installed extras
+            raise StoreError("PostgreSQL needs the postgres extra: pip install 'flexamem[postgres]'") from exc
+        self._psycopg = psycopg
+        self.path = url
+        self.read_only = read_only
+        self._closed = False
+        self._lock = threading.Lock()
+        options = "-c default_transaction_read_only=on" if read_only else ""
+        try:
+            self._pool = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": False, "options": options},
+                open=True,
+                timeout=30,
+            )
+            self._pool.wait(timeout=30)
+        except Exception as exc:
+            raise StoreError(f"cannot connect to {_safe(url)}: {exc}") from exc
+        self._migrate()
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _migrate(self) -> None:
+        with self._conn() as conn:
+            try:
+                if self.read_only:
+                    self._check_version(conn)
+                    return
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(7919)")  # one migrator at a time
+                    conn.execute("CREATE TABLE IF NOT EXISTS flexamem_schema (version INTEGER NOT NULL)")
+                    row = conn.execute("SELECT version FROM flexamem_schema").fetchone()
+                    version = row[0] if row else 0
+                    if version > SCHEMA_VERSION:
+                        raise StoreError(f"database schema v{version} is newer than this FlexA-Mem (v{SCHEMA_VERSION})")
+                    for n in range(version, SCHEMA_VERSION):
+                        conn.execute(MIGRATIONS[n])
+                    if row is None:
+                        conn.execute("INSERT INTO flexamem_schema VALUES (%s)", (SCHEMA_VERSION,))
+                    elif version != SCHEMA_VERSION:
+                        conn.execute("UPDATE flexamem_schema SET version = %s", (SCHEMA_VERSION,))
+            except self._psycopg.Error as exc:
+                raise _map_error(exc, self.path) from exc
+
+    def _check_version(self, conn: Any) -> None:
+        try:
+            row = conn.execute("SELECT version FROM flexamem_schema").fetchone()
+        except self._psycopg.Error as exc:
+            raise ReadOnlyStoreError(f"{_safe(self.path)} has no FlexA-Mem schema and is open read-only") from exc
+        finally:
+            conn.rollback()
+        if row is None or row[0] != SCHEMA_VERSION:
+            raise ReadOnlyStoreError(f"database schema needs migrating, but {_safe(self.path)} is open read-only")
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{_safe(self.path)} is open read-only")
+        with self._conn() as conn:
+            try:
+                with conn.transaction():
+                    yield conn
+            except self._psycopg.Error as exc:
+                raise _map_error(exc, self.path) from exc
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._conn() as conn:
+            try:
+                rows: list[Any] = conn.execute(sql, args).fetchall()
+                return rows
+            except self._psycopg.Error as exc:
+                raise _map_error(exc, self.path) from exc
+            finally:
+                conn.rollback()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._pool.close()
+
+    # -- histories ---------------------------------------------------------------------------------
+    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        rows = self._read("SELECT kind, meta FROM histories WHERE id = %s", (history,))
+        if not rows:
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO histories VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (history, kind, json.dumps(meta or {}), time.time()),
+                )
+            rows = self._read("SELECT kind, meta FROM histories WHERE id = %s", (history,))
+        if rows[0][0] != kind:
+            raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
+        return dict(json.loads(rows[0][1]))
+
+    def histories(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
+
+    def drop_history(self, history: str) -> bool:
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM histories WHERE id = %s FOR UPDATE", (history,)).fetchone() is None:
+                return False
+            conn.execute("INSERT INTO dropping VALUES (%s) ON CONFLICT DO NOTHING", (history,))
+            for table in ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes"):
+                conn.execute(f"DELETE FROM {table} WHERE history_id = %s", (history,))
+            conn.execute("DELETE FROM histories WHERE id = %s", (history,))
+            conn.execute("DELETE FROM dropping WHERE history_id = %s", (history,))
+        return True
+
+    # -- notes -------------------------------------------------------------------------------------
+    def append_notes(
+        self,
+        history: str,
+        notes: Sequence[Note],
+        links: Sequence[tuple[int, int]],
+        calls: Sequence[LLMCall] = (),
+        *,
+        steps: Sequence[StepRow] = (),
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        now = time.time()
+        with self._write() as conn:
+            if notes:
+                conn.execute(
+                    "INSERT INTO histories VALUES (%s, %s, '{}', %s) ON CONFLICT (id) DO NOTHING",
+                    (history, notes[0].kind, now),
+                )
+                kind = conn.execute("SELECT kind FROM histories WHERE id = %s", (history,)).fetchone()[0]
+                if kind != notes[0].kind:
+                    raise StoreError(f"history {history!r} is a {kind} history, not {notes[0].kind}")
+            for step in steps:
+                conn.execute("INSERT INTO steps VALUES (%s,%s,%s,%s)", (history, step.n, step.step_id, step.data))
+            for key, value in (state or {}).items():
+                conn.execute(
+                    "INSERT INTO state VALUES (%s,%s,%s) ON CONFLICT (history_id, key) DO UPDATE SET value = %s",
+                    (history, key, json.dumps(value), json.dumps(value)),
+                )
+            with conn.cursor() as cur:
+                for n in notes:
+                    cur.execute(
+                        "INSERT INTO notes VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                        (
+                            history,
+                            n.seq,
+                            n.unit_id,
+                            n.kind,
+                            n.session_id,
+                            n.date,
+                            n.steps[0] if n.steps else None,
+                            n.steps[1] if n.steps else None,
+                            n.raw,
+                            n.raw_tokens,
+                            n.record,
+                            n.record_tokens,
+                            json.dumps([list(n.fields.keywords), list(n.fields.tags), n.fields.description]),
+                            n.fields_tokens,
+                            np.asarray(n.embedding, dtype=np.float32).tobytes(),
+                            _blocks_json(n.blocks),
+                            n.writer,
+                            int(n.flagged),
+                            now,
+                            n.flag_reason,
+                        ),
+                    )
+                    cur.executemany(
+                        "INSERT INTO pieces VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                        [
+                            (
+                                history,
+                                n.seq,
+                                p.index,
+                                p.start,
+                                p.end,
+                                p.tokens,
+                                p.label,
+                                p.label_tokens,
+                                p.block,
+                                p.source_id,
+                            )
+                            for p in n.pieces
+                        ],
+                    )
+                    if n.piece_vectors is not None:
+                        cur.executemany(
+                            "INSERT INTO piece_vectors VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                            [
+                                (history, n.seq, i, np.asarray(v, dtype=np.float32).tobytes())
+                                for i, v in enumerate(n.piece_vectors)
+                            ],
+                        )
+                if links:
+                    cur.executemany(
+                        "INSERT INTO links (history_id, src, dst) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
+                        [(history, a, b) for a, b in links],
+                    )
+                _insert_calls(cur, history, calls)
+
+    def note_count(self, history: str) -> int:
+        rows = self._read("SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = %s", (history,))
+        return int(rows[0][0])
+
+    def load_links(self, history: str, start: int = 0) -> list[tuple[int, int]]:
+        rows = self._read(
+            "SELECT src, dst FROM links WHERE history_id = %s AND (src >= %s OR dst >= %s) ORDER BY id",
+            (history, start, start),
+        )
+        return [(int(a), int(b)) for a, b in rows]
+
+    def load_steps(self, history: str) -> list[StepRow]:
+        rows = self._read("SELECT n, step_id, data FROM steps WHERE history_id = %s ORDER BY n", (history,))
+        return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
+
+    def load_notes(self, history: str, start: int = 0) -> list[Note]:
+        rows = self._read(
+            "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
+            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
+            " FROM notes WHERE history_id = %s AND seq >= %s ORDER BY seq",
+            (history, start),
+        )
+        pieces: dict[int, list[tuple[Any, ...]]] = {}
+        for p in self._read(
+            'SELECT seq, idx, start, "end", tokens, label, label_tokens, block, source_id FROM pieces'
+            " WHERE history_id = %s AND seq >= %s ORDER BY seq, idx",
+            (history, start),
+        ):
+            pieces.setdefault(p[0], []).append(p[1:])
+        links: dict[int, list[int]] = {}
+        for a, b in self._read(
+            "SELECT src, dst FROM links WHERE history_id = %s AND src >= %s ORDER BY id", (history, start)
+        ):
+            links.setdefault(a, []).append(b)
+        vectors: dict[int, list[bytes]] = {}
+        for seq, blob in self._read(
+            "SELECT seq, vector FROM piece_vectors WHERE history_id = %s AND seq >= %s ORDER BY seq, idx",
+            (history, start),
+        ):
+            vectors.setdefault(seq, []).append(bytes(blob))
+        notes = []
+        for r in rows:
+            seq, raw = r[0], r[7]
+            blobs = vectors.get(seq)
+            note_vectors = (
+                np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+                if blobs and len(blobs) == len(pieces.get(seq, []))
+                else None
+            )
+            keywords, tags, description = json.loads(r[11])
+            notes.append(
+                Note(
+                    seq=seq,
+                    unit_id=r[1],
+                    kind=r[2],
+                    session_id=r[3],
+                    date=r[4],
+                    steps=(r[5], r[6]) if r[5] is not None else None,
+                    raw=raw,
+                    raw_tokens=r[8],
+                    record=r[9],
+                    record_tokens=r[10],
+                    fields=Fields(tuple(keywords), tuple(tags), description),
+                    fields_tokens=r[12],
+                    embedding=np.frombuffer(bytes(r[13]), dtype=np.float32),
+                    blocks=_blocks_from(raw, r[14]),
+                    writer=r[15],
+                    flagged=bool(r[16]),
+                    flag_reason=r[17],
+                    links=tuple(links.get(seq, ())),
+                    pieces=tuple(
+                        Piece(
+                            index=i,
+                            start=s,
+                            end=e,
+                            text=raw[s:e],
+                            tokens=t,
+                            label=lab,
+                            label_tokens=lt,
+                            block=blk,
+                            source_id=sid,
+                        )
+                        for i, s, e, t, lab, lt, blk, sid in pieces.get(seq, [])
+                    ),
+                    piece_vectors=note_vectors,
+                )
+            )
+        return notes
+
+    # -- caches and accounting ---------------------------------------------------------------------
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
+        with self._write() as conn:
+            with conn.cursor() as cur:
+                _insert_calls(cur, history, calls)
+            conn.execute(
+                "INSERT INTO merged VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                (
+                    history,
+                    merged.first,
+                    merged.last,
+                    merged.level,
+                    merged.text,
+                    merged.tokens,
+                    merged.writer,
+                    time.time(),
+                    int(merged.flagged),
+                ),
+            )
+        return self.get_merged(history, merged.first, merged.last, merged.level) or merged
+
+    def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None:
+        rows = self._read(
+            "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged"
+            " WHERE history_id = %s AND first_seq = %s AND last_seq = %s AND level = %s",
+            (history, first, last, level),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+
+    def load_merged(self, history: str) -> list[MergedRecord]:
+        return [
+            MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+            for r in self._read(
+                "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged WHERE history_id = %s"
+                " ORDER BY first_seq, level",
+                (history,),
+            )
+        ]
+
+    def record_llm_call(self, history: str, call: LLMCall) -> None:
+        with self._write() as conn, conn.cursor() as cur:
+            _insert_calls(cur, history, [call])
+
+    def llm_calls(self, history: str) -> list[LLMCall]:
+        rows = self._read(
+            "SELECT purpose, model, prompt_tokens, completion_tokens, seq, cached FROM llm_calls"
+            " WHERE history_id = %s ORDER BY id",
+            (history,),
+        )
+        return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+
+    def set_state(self, history: str, key: str, value: Any) -> None:
+        self.append_notes(history, [], [], state={key: value})
+
+    def get_state(self, history: str, key: str) -> Any:
+        rows = self._read("SELECT value FROM state WHERE history_id = %s AND key = %s", (history, key))
+        return json.loads(rows[0][0]) if rows else None
+
+
+def _insert_calls(cur: Any, history: str, calls: Sequence[LLMCall]) -> None:
+    if not calls:
+        return
+    now = time.time()
+    cur.executemany(
+        "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at)"
+        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+        [(history, c.seq, c.purpose, c.model, c.prompt_tokens, c.completion_tokens, int(c.cached), now) for c in calls],
+    )
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url
+
+
+def _map_error(exc: Exception, url: str) -> Exception:
+    text = str(exc).strip()
+    constraint = getattr(getattr(exc, "diag", None), "constraint_name", None) or ""
+    if "write-once" in text:
+        return WriteOnceError(text.split("flexamem: ", 1)[-1].splitlines()[0])
+    if constraint == "notes_unit":
+        return DuplicateUnitError(f"unit already in the history ({text.splitlines()[0]})")
+    if constraint in ("notes_seq", "steps_n", "steps_id"):
+        return ConcurrentWriteError(f"another writer appended first ({constraint})")
+    if "read-only transaction" in text:
+        return ReadOnlyStoreError(f"{_safe(url)} is open read-only")
+    return StoreError(f"{_safe(url)}: {text.splitlines()[0] if text else type(exc).__name__}")
