@@ -60,13 +60,13 @@ def check_history(path: str, history: str, expected: set[str]) -> None:
 
 
 @pytest.mark.parametrize("shared_history", [True, False], ids=["one-history", "separate-histories"])
-def test_many_processes_write_without_losing_anything(tmp_path: Path, shared_history: bool) -> None:
-    path = tmp_path / "many.db"
-    fm.Memory(path).close()  # create the file and its schema once
+def test_many_processes_write_without_losing_anything(store_path: str, tenant: str, shared_history: bool) -> None:
+    path = store_path
+    fm.Memory(path).close()  # create the file (or the Postgres schema) once
     ctx = mp.get_context("spawn")
     acks = ctx.Queue()
     procs = [
-        ctx.Process(target=writer, args=(str(path), "shared" if shared_history else f"h{w}", w, SESSIONS, acks))
+        ctx.Process(target=writer, args=(path, tenant if shared_history else f"{tenant}-{w}", w, SESSIONS, acks))
         for w in range(WORKERS)
     ]
     for p in procs:

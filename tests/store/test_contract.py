@@ -65,7 +65,7 @@ def test_write_once_holds_even_through_raw_sql(store_path: str, tenant: str) -> 
         assert refused(store_path, f"DELETE FROM {table} WHERE history_id = '{hid}'"), table
     assert refused(store_path, f"UPDATE notes SET raw = 'changed' WHERE history_id = '{tenant}'")
     assert refused(store_path, f"UPDATE histories SET meta = '{{}}' WHERE id = '{tenant}/agent:s'")
-    assert [n.raw for n in fm.Memory(store_path, history=tenant).notes()][0].startswith("Ana: Session 0")
+    assert fm.Memory(store_path, history=tenant).notes()[0].raw.startswith("Ana: Session 0")
 
 
 def test_merged_records_once_and_read_only_renders(store_path: str, tenant: str) -> None:
