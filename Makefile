@@ -29,8 +29,9 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q -m "not integration"
 
+# the store contract and process tests also run on a real PostgreSQL server, started here on 127.0.0.1
 test: lint llm-setup
-	$(PY) -m pytest -q
+	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
 
 bench: setup
 	$(PY) benchmarks/ingest.py

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from pathlib import Path
 
 import pytest
@@ -40,26 +39,6 @@ def test_library_named_sessions_never_collide_with_the_callers(tmp_path: Path) -
     assert b.add_session(turn("three")) == ["s4"]  # b has not seen s3 yet: it catches up when it writes
     assert a.add_session(turn("four")) == ["s5"]
     assert sorted(n.unit_id for n in fm.Memory(path).notes()) == ["s2", "s3", "s4", "s5"]
-
-
-def test_threads_writing_on_a_fresh_memory_lose_nothing(tmp_path: Path) -> None:
-    mem = fm.Memory(tmp_path / "t.db")
-    errors: list[BaseException] = []
-
-    def work(k: int) -> None:
-        try:
-            for i in range(5):
-                mem.add_session(turn(f"thread {k} note {i}"), session_id=f"t{k}-{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert len(mem) == 20 == len(fm.Memory(tmp_path / "t.db").notes())
 
 
 def many_sessions(mem: fm.Memory, count: int) -> None:

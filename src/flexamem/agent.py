@@ -159,12 +159,9 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
-        step, msgs, row = self._new_step(action, observation, actor, messages, step_id)
-        with self._pending(step, msgs) as drafts:
+        with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             self.core.write(drafts, [] if not drafts else None, steps=[row], retry=False)
-        if row.step_id is not None:
-            self._step_ids[row.step_id] = step.number
-        return step.number
+        return row.n + 1
 
     async def astep(
         self,
@@ -180,13 +177,10 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
-        step, msgs, row = self._new_step(action, observation, actor, messages, step_id)
-        with self._pending(step, msgs) as drafts:
+        with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             records = await self.core.awrite_records(drafts)
             await asyncio.to_thread(self.core.write, drafts, records, steps=[row], retry=False)
-        if row.step_id is not None:
-            self._step_ids[row.step_id] = step.number
-        return step.number
+        return row.n + 1
 
     def _known(self, step_id: str | None, action: str, observation: str) -> int | None:
         if step_id is None:
@@ -221,18 +215,24 @@ class AgentSession:
         return step, msgs, row
 
     @contextlib.contextmanager
-    def _pending(self, step: Step, msgs: list[Message]) -> Iterator[list[UnitDraft]]:
-        """Take the step into the session's view and yield the units it pushes out of the window; if the
-        store write fails, the view is as before (nothing of the step is stored either)."""
+    def _pending(
+        self, action: str, observation: str, actor: str, messages: Sequence[Message] | None, step_id: str | None
+    ) -> Iterator[tuple[StepRow, list[UnitDraft]]]:
+        """Validate the step, take it into the session's view and yield its stored row with the units
+        it pushes out of the window, for the caller to store together; if that fails, the view is as
+        before (and nothing of the step is stored)."""
+        step, msgs, row = self._new_step(action, observation, actor, messages, step_id)
         self._remember(step, msgs)
         try:
-            yield self._left_drafts()
+            yield row, self._left_drafts()
         except BaseException:
             self.steps.pop()
             self._messages.pop()
             self._raw_tokens.pop()
             self._msg_tokens.pop()
             raise
+        if row.step_id is not None:
+            self._step_ids[row.step_id] = step.number
 
     async def acontext(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""

@@ -23,8 +23,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
@@ -33,9 +31,9 @@ from flexamem.errors import (
     StoreError,
     WriteOnceError,
 )
-from flexamem.notes import Fields, LLMCall, Note, Piece
+from flexamem.notes import LLMCall, Note
 from flexamem.store.base import MergedRecord, StepRow
-from flexamem.store.sqlite import _blocks_from, _blocks_json
+from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
 _IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
 
@@ -266,57 +264,11 @@ class PostgresStore:
                 )
             with conn.cursor() as cur:
                 for n in notes:
-                    cur.execute(
-                        "INSERT INTO notes VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                        (
-                            history,
-                            n.seq,
-                            n.unit_id,
-                            n.kind,
-                            n.session_id,
-                            n.date,
-                            n.steps[0] if n.steps else None,
-                            n.steps[1] if n.steps else None,
-                            n.raw,
-                            n.raw_tokens,
-                            n.record,
-                            n.record_tokens,
-                            json.dumps([list(n.fields.keywords), list(n.fields.tags), n.fields.description]),
-                            n.fields_tokens,
-                            np.asarray(n.embedding, dtype=np.float32).tobytes(),
-                            _blocks_json(n.blocks),
-                            n.writer,
-                            int(n.flagged),
-                            now,
-                            n.flag_reason,
-                        ),
-                    )
+                    cur.execute("INSERT INTO notes VALUES (" + ",".join(["%s"] * 20) + ")", note_row(history, n, now))
+                    cur.executemany("INSERT INTO pieces VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", piece_rows(history, n))
                     cur.executemany(
-                        "INSERT INTO pieces VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                        [
-                            (
-                                history,
-                                n.seq,
-                                p.index,
-                                p.start,
-                                p.end,
-                                p.tokens,
-                                p.label,
-                                p.label_tokens,
-                                p.block,
-                                p.source_id,
-                            )
-                            for p in n.pieces
-                        ],
+                        "INSERT INTO piece_vectors VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING", vector_rows(history, n)
                     )
-                    if n.piece_vectors is not None:
-                        cur.executemany(
-                            "INSERT INTO piece_vectors VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
-                            [
-                                (history, n.seq, i, np.asarray(v, dtype=np.float32).tobytes())
-                                for i, v in enumerate(n.piece_vectors)
-                            ],
-                        )
                 if links:
                     cur.executemany(
                         "INSERT INTO links (history_id, src, dst) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
@@ -340,78 +292,14 @@ class PostgresStore:
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
 
     def load_notes(self, history: str, start: int = 0) -> list[Note]:
-        rows = self._read(
-            "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
-            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
-            " FROM notes WHERE history_id = %s AND seq >= %s ORDER BY seq",
-            (history, start),
+        where = "WHERE history_id = %s AND seq >= %s"
+        args = (history, start)
+        return notes_from_rows(
+            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", args),
+            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args),
+            self._read("SELECT src, dst FROM links WHERE history_id = %s AND src >= %s ORDER BY id", args),
+            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args),
         )
-        pieces: dict[int, list[tuple[Any, ...]]] = {}
-        for p in self._read(
-            'SELECT seq, idx, start, "end", tokens, label, label_tokens, block, source_id FROM pieces'
-            " WHERE history_id = %s AND seq >= %s ORDER BY seq, idx",
-            (history, start),
-        ):
-            pieces.setdefault(p[0], []).append(p[1:])
-        links: dict[int, list[int]] = {}
-        for a, b in self._read(
-            "SELECT src, dst FROM links WHERE history_id = %s AND src >= %s ORDER BY id", (history, start)
-        ):
-            links.setdefault(a, []).append(b)
-        vectors: dict[int, list[bytes]] = {}
-        for seq, blob in self._read(
-            "SELECT seq, vector FROM piece_vectors WHERE history_id = %s AND seq >= %s ORDER BY seq, idx",
-            (history, start),
-        ):
-            vectors.setdefault(seq, []).append(bytes(blob))
-        notes = []
-        for r in rows:
-            seq, raw = r[0], r[7]
-            blobs = vectors.get(seq)
-            note_vectors = (
-                np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
-                if blobs and len(blobs) == len(pieces.get(seq, []))
-                else None
-            )
-            keywords, tags, description = json.loads(r[11])
-            notes.append(
-                Note(
-                    seq=seq,
-                    unit_id=r[1],
-                    kind=r[2],
-                    session_id=r[3],
-                    date=r[4],
-                    steps=(r[5], r[6]) if r[5] is not None else None,
-                    raw=raw,
-                    raw_tokens=r[8],
-                    record=r[9],
-                    record_tokens=r[10],
-                    fields=Fields(tuple(keywords), tuple(tags), description),
-                    fields_tokens=r[12],
-                    embedding=np.frombuffer(bytes(r[13]), dtype=np.float32),
-                    blocks=_blocks_from(raw, r[14]),
-                    writer=r[15],
-                    flagged=bool(r[16]),
-                    flag_reason=r[17],
-                    links=tuple(links.get(seq, ())),
-                    pieces=tuple(
-                        Piece(
-                            index=i,
-                            start=s,
-                            end=e,
-                            text=raw[s:e],
-                            tokens=t,
-                            label=lab,
-                            label_tokens=lt,
-                            block=blk,
-                            source_id=sid,
-                        )
-                        for i, s, e, t, lab, lt, blk, sid in pieces.get(seq, [])
-                    ),
-                    piece_vectors=note_vectors,
-                )
-            )
-        return notes
 
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:

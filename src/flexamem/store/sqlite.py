@@ -15,8 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
@@ -25,20 +23,10 @@ from flexamem.errors import (
     StoreError,
     WriteOnceError,
 )
-from flexamem.notes import Block, Fields, Note, Piece
+from flexamem.notes import Note
 from flexamem.store.base import LLMCall, MergedRecord, StepRow
+from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
-
-
-def _blocks_json(blocks: Sequence[Block]) -> str:
-    return json.dumps([[b.kind, b.label, b.start, len(b.text), b.source_id, b.step] for b in blocks])
-
-
-def _blocks_from(raw: str, data: str) -> tuple[Block, ...]:
-    return tuple(
-        Block(kind=k, text=raw[s : s + n], label=lab, start=s, source_id=sid, step=step)
-        for k, lab, s, n, sid, step in json.loads(data)
-    )
 
 
 class SQLiteStore:
@@ -187,29 +175,7 @@ class SQLiteStore:
             for n in notes:
                 try:
                     db.execute(
-                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            history,
-                            n.seq,
-                            n.unit_id,
-                            n.kind,
-                            n.session_id,
-                            n.date,
-                            n.steps[0] if n.steps else None,
-                            n.steps[1] if n.steps else None,
-                            n.raw,
-                            n.raw_tokens,
-                            n.record,
-                            n.record_tokens,
-                            json.dumps([list(n.fields.keywords), list(n.fields.tags), n.fields.description]),
-                            n.fields_tokens,
-                            np.asarray(n.embedding, dtype=np.float32).tobytes(),
-                            _blocks_json(n.blocks),
-                            n.writer,
-                            int(n.flagged),
-                            now,
-                            n.flag_reason,
-                        ),
+                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", note_row(history, n, now)
                     )
                 except sqlite3.IntegrityError as exc:
                     if "unit_id" in str(exc):
@@ -219,32 +185,8 @@ class SQLiteStore:
                             f"note {n.seq} of {history!r} was written by another writer"
                         ) from exc
                     raise
-                db.executemany(
-                    "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            history,
-                            n.seq,
-                            p.index,
-                            p.start,
-                            p.end,
-                            p.tokens,
-                            p.label,
-                            p.label_tokens,
-                            p.block,
-                            p.source_id,
-                        )
-                        for p in n.pieces
-                    ],
-                )
-                if n.piece_vectors is not None:
-                    db.executemany(
-                        "INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)",
-                        [
-                            (history, n.seq, i, np.asarray(v, dtype=np.float32).tobytes())
-                            for i, v in enumerate(n.piece_vectors)
-                        ],
-                    )
+                db.executemany("INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)", piece_rows(history, n))
+                db.executemany("INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)", vector_rows(history, n))
             db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
             _insert_calls(db, history, calls)
 
@@ -264,78 +206,13 @@ class SQLiteStore:
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
 
     def load_notes(self, history: str, start: int = 0) -> list[Note]:
-        rows = self._read(
-            "SELECT seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
-            " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
-            " FROM notes WHERE history_id = ? AND seq >= ? ORDER BY seq",
-            (history, start),
+        where = "WHERE history_id = ? AND seq >= ?"
+        return notes_from_rows(
+            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", (history, start)),
+            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", (history, start)),
+            self._read("SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY rowid", (history, start)),
+            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", (history, start)),
         )
-        pieces: dict[int, list[tuple[Any, ...]]] = {}
-        for p in self._read(
-            'SELECT seq, idx, start, "end", tokens, label, label_tokens, block, source_id FROM pieces'
-            " WHERE history_id = ? AND seq >= ? ORDER BY seq, idx",
-            (history, start),
-        ):
-            pieces.setdefault(p[0], []).append(p[1:])
-        links: dict[int, list[int]] = {}
-        for a, b in self._read(
-            "SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY rowid", (history, start)
-        ):
-            links.setdefault(a, []).append(b)
-        vectors: dict[int, list[bytes]] = {}
-        for seq, blob in self._read(
-            "SELECT seq, vector FROM piece_vectors WHERE history_id = ? AND seq >= ? ORDER BY seq, idx",
-            (history, start),
-        ):
-            vectors.setdefault(seq, []).append(blob)
-        notes = []
-        for r in rows:
-            seq, raw = r[0], r[7]
-            blobs = vectors.get(seq)
-            note_vectors = (
-                np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
-                if blobs and len(blobs) == len(pieces.get(seq, []))
-                else None
-            )
-            keywords, tags, description = json.loads(r[11])
-            notes.append(
-                Note(
-                    seq=seq,
-                    unit_id=r[1],
-                    kind=r[2],
-                    session_id=r[3],
-                    date=r[4],
-                    steps=(r[5], r[6]) if r[5] is not None else None,
-                    raw=raw,
-                    raw_tokens=r[8],
-                    record=r[9],
-                    record_tokens=r[10],
-                    fields=Fields(tuple(keywords), tuple(tags), description),
-                    fields_tokens=r[12],
-                    embedding=np.frombuffer(r[13], dtype=np.float32),
-                    blocks=_blocks_from(raw, r[14]),
-                    writer=r[15],
-                    flagged=bool(r[16]),
-                    flag_reason=r[17],
-                    links=tuple(links.get(seq, ())),
-                    pieces=tuple(
-                        Piece(
-                            index=i,
-                            start=s,
-                            end=e,
-                            text=raw[s:e],
-                            tokens=t,
-                            label=lab,
-                            label_tokens=lt,
-                            block=blk,
-                            source_id=sid,
-                        )
-                        for i, s, e, t, lab, lt, blk, sid in pieces.get(seq, [])
-                    ),
-                    piece_vectors=note_vectors,
-                )
-            )
-        return notes
 
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
