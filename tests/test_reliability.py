@@ -175,3 +175,29 @@ def test_a_failed_first_write_leaves_no_empty_history(tmp_path: Path) -> None:
         mem.add_session([{"speaker": "A", "text": "ok"}, {"speaker": "B", "text": "\ud800"}])
     assert fm.Memory(path).store.histories() == []
     assert mem.render("hello", budget=500).text == ""
+
+
+def test_verify_detects_a_change_made_past_the_triggers(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    mem = fm.Memory(path)
+    many_sessions(mem, 5)
+    assert mem.verify() == []
+    assert len({n.digest for n in mem.notes()}) == 5
+    db = sqlite3.connect(path)  # an administrator drops the trigger and edits history
+    db.execute("DROP TRIGGER notes_no_update")
+    db.execute("UPDATE notes SET raw = 'Ana: nothing happened' WHERE seq = 2")
+    db.commit()
+    db.close()
+    problems = fm.Memory(path).verify()
+    assert len(problems) == 1 and "note 2 ('x2')" in problems[0]
+
+
+def test_sessions_lists_only_this_historys_agents(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    alice, bob = fm.Memory(path, history="alice"), fm.Memory(path, history="bob")
+    alice.agent(task="t", budget=900, session_id="a1")
+    alice.agent(task="t", budget=900, session_id="a2")
+    bob.agent(task="t", budget=900, session_id="b1")
+    fm.Memory(path).agent(task="t", budget=900, session_id="d1")
+    assert sorted(alice.sessions()) == ["a1", "a2"] and bob.sessions() == ["b1"]
+    assert fm.Memory(path).sessions() == ["d1"]

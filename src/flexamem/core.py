@@ -109,6 +109,21 @@ class HistoryCore:
             history = self.history
             return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
 
+    def verify(self) -> list[str]:
+        """Problems found re-checking every note's digest chain against its stored content (empty: none).
+        Notes written before digests existed are skipped, and the chain starts again after them."""
+        problems: list[str] = []
+        previous = ""
+        for note in self.notes():
+            if note.digest is None:
+                previous = ""
+                continue
+            expected = note.chained_digest(previous)
+            if expected != note.digest:
+                problems.append(f"note {note.seq} ({note.unit_id!r}) does not match its digest: changed after writing")
+            previous = note.digest
+        return problems
+
     # -- writing ---------------------------------------------------------------------------------------
     def check_new(self, drafts: Sequence[UnitDraft]) -> None:
         seen = set(self.history.unit_ids)
@@ -148,8 +163,9 @@ class HistoryCore:
                 if relabel is not None:
                     prepared = prepared.relabel(relabel(history))
                 self.check_new(prepared.drafts)
+                previous = (history.notes[-1].digest or "") if history.notes else ""
                 notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).assign(
-                    prepared, len(history), history.embeddings
+                    prepared, len(history), history.embeddings, previous
                 )
                 try:
                     self.store.append_notes(self.history_id, notes, links, calls, steps=steps, state=state)

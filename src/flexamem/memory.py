@@ -215,15 +215,29 @@ class Memory:
 
         return drafts, relabel
 
+    def verify(self) -> list[str]:
+        """Re-check every note against its digest (chained over the notes before it, written with it):
+        the problems found, or ``[]``. Write-once is enforced by triggers; this detects a change made
+        by someone who dropped them (unless they also recomputed every later digest)."""
+        return self.core.verify()
+
+    @property
+    def _session_prefix(self) -> str:
+        """Agent sessions of this history are histories ``<prefix><session_id>`` of the store."""
+        return "agent:" if self.history_id == "default" else f"{self.history_id}/agent:"
+
+    def sessions(self) -> list[str]:
+        """The ids of this history's agent sessions (only its own: sessions are scoped by history)."""
+        prefix = self._session_prefix
+        return [h[len(prefix) :] for h, kind in self.store.histories() if kind == "agent" and h.startswith(prefix)]
+
     def drop(self) -> bool:
         """Delete this whole history and its agent sessions from the store (a privacy request): the
         only deletion there is. Returns whether anything was stored. The memory is empty afterwards."""
-        prefix = "agent:" if self.history_id == "default" else f"{self.history_id}/agent:"
         with self.core.lock:
             dropped = self.store.drop_history(self.history_id)
-            for hid, _ in self.store.histories():
-                if hid.startswith(prefix):
-                    dropped = self.store.drop_history(hid) or dropped
+            for sid in self.sessions():
+                dropped = self.store.drop_history(self._session_prefix + sid) or dropped
             self.core = HistoryCore(
                 self.store, self.history_id, self.settings, self.writer, self.counter, self.core._embedder
             )
@@ -326,7 +340,7 @@ class Memory:
         def factory(history_id: str) -> HistoryCore:
             return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core._embedder)
 
-        prefix = "" if self.history_id == "default" else f"{self.history_id}/"
+        prefix = self._session_prefix.removesuffix("agent:")
         return AgentSession.open(factory, prefix, task=task, budget=budget, system=system, session_id=session_id)
 
     ceiling = staticmethod(HistoryCore.ceiling)

@@ -9,6 +9,7 @@ unit once written: raw text, record, fields, embedding, links and pieces, with t
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -153,6 +154,15 @@ class Note:
     flagged: bool = False
     flag_reason: str | None = None
     piece_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    digest: str | None = None  # sha256 chained over the notes before it (see note_digest); None: written before v0.4
+
+    def chained_digest(self, previous: str) -> str:
+        """The digest this note must carry after a note with digest ``previous`` (write-once evidence:
+        an edit of the raw text, record, fields or ids of any earlier note changes every later digest)."""
+        parts = [previous, self.unit_id, self.kind, self.raw, self.record, self.fields.as_text()]
+        parts += [self.session_id or "", self.date or "", str(self.seq)]
+        return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+
     """MiniLM vectors of the pieces, ``(len(pieces), dim)``, written with the note (``None`` when the
     note was written without them: dense ranking then uses the note's embedding for its pieces)."""
 

@@ -106,6 +106,8 @@ MIGRATIONS: list[str] = [
     """
         for t in (*_IMMUTABLE, "histories")
     ),
+    # 2: each note's digest, chained over the notes before it (Memory.verify)
+    "ALTER TABLE notes ADD COLUMN digest TEXT;",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -264,7 +266,7 @@ class PostgresStore:
                 )
             with conn.cursor() as cur:
                 for n in notes:
-                    cur.execute("INSERT INTO notes VALUES (" + ",".join(["%s"] * 20) + ")", note_row(history, n, now))
+                    cur.execute("INSERT INTO notes VALUES (" + ",".join(["%s"] * 21) + ")", note_row(history, n, now))
                     cur.executemany("INSERT INTO pieces VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", piece_rows(history, n))
                     cur.executemany(
                         "INSERT INTO piece_vectors VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING", vector_rows(history, n)

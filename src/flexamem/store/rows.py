@@ -16,7 +16,7 @@ from flexamem.notes import Block, Fields, Note, Piece
 
 NOTE_COLUMNS = (
     "seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
-    " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason"
+    " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason, digest"
 )
 PIECE_COLUMNS = 'seq, idx, start, "end", tokens, label, label_tokens, block, source_id'
 
@@ -55,6 +55,7 @@ def note_row(history: str, n: Note, now: float) -> tuple[Any, ...]:
         int(n.flagged),
         now,
         n.flag_reason,
+        n.digest,
     )
 
 
@@ -134,6 +135,7 @@ def notes_from_rows(
                     for i, s, e, t, lab, lt, blk, sid in note_pieces
                 ),
                 piece_vectors=note_vectors,
+                digest=r[18],
             )
         )
     return notes

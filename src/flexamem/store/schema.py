@@ -98,5 +98,7 @@ MIGRATIONS: list[str] = [
         WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.id)
         BEGIN SELECT RAISE(ABORT, 'flexamem: histories are write-once'); END;
     """,
+    # 4: each note's digest, chained over the notes before it (Memory.verify)
+    "ALTER TABLE notes ADD COLUMN digest TEXT;",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

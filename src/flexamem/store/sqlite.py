@@ -175,7 +175,7 @@ class SQLiteStore:
             for n in notes:
                 try:
                     db.execute(
-                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", note_row(history, n, now)
+                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", note_row(history, n, now)
                     )
                 except sqlite3.IntegrityError as exc:
                     if "unit_id" in str(exc):

@@ -68,7 +68,7 @@ class NoteWriter:
     ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
         """Notes for ``drafts`` from their ``records`` (written beforehand by a record writer), the new
         link edges (both directions) and the model calls that wrote them."""
-        return self.assign(self.prepare(drafts, records), start_seq, earlier)
+        return self.assign(self.prepare(drafts, records), start_seq, earlier)  # digests chained from ""
 
     def prepare(self, drafts: Sequence[UnitDraft], records: Sequence[Record]) -> Prepared:
         """Everything costly about the notes (embeddings, pieces, token counts), before their place in
@@ -97,9 +97,10 @@ class NoteWriter:
         return Prepared(tuple(drafts), tuple(records), vectors, tuple(counts), tuple(pieces), tuple(piece_vectors))
 
     def assign(
-        self, prepared: Prepared, start_seq: int, earlier: np.ndarray
+        self, prepared: Prepared, start_seq: int, earlier: np.ndarray, previous_digest: str = ""
     ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
-        """The notes at ``start_seq..`` with their links to the ``earlier`` notes' embeddings."""
+        """The notes at ``start_seq..`` with their links to the ``earlier`` notes' embeddings, their
+        digests chained after ``previous_digest`` (the last stored note's)."""
         drafts, records, vectors, counts = prepared.drafts, prepared.records, prepared.vectors, prepared.counts
         n = len(drafts)
         notes: list[Note] = []
@@ -134,6 +135,8 @@ class NoteWriter:
                     piece_vectors=prepared.piece_vectors[i],
                 )
             )
+            previous_digest = notes[-1].chained_digest(previous_digest)
+            notes[-1] = dataclasses.replace(notes[-1], digest=previous_digest)
             calls += [dataclasses.replace(c, seq=seq) for c in record.calls]
             matrix = np.vstack([matrix, vectors[i : i + 1]])
         return notes, links, calls
