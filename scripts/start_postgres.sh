@@ -32,6 +32,7 @@ if ! as_pg "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
     [ "$(id -u)" = 0 ] && chown postgres "$DIR"
     as_pg "$BIN/initdb" -D "$DIR" --auth=trust --username=postgres -E UTF8 >/dev/null
   fi
+  rm -f "$DIR/postmaster.pid"  # left by a server that was killed (pg_ctl status said it is not running)
   as_pg "$BIN/pg_ctl" -D "$DIR" -w -l "$DIR/server.log" \
     -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=200" start >&2
   PSQL=("$BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -q -v ON_ERROR_STOP=1)
@@ -40,4 +41,9 @@ if ! as_pg "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
   as_pg "${PSQL[@]}" -tc "SELECT 1 FROM pg_database WHERE datname = 'flexamem'" | grep -q 1 \
     || as_pg "${PSQL[@]}" -c "CREATE DATABASE flexamem OWNER flexamem"
 fi
+for _ in $(seq 50); do  # a server that was just started (or is shutting down) may not answer yet
+  "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" && break
+  sleep 0.2
+done
+"$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" || { echo "PostgreSQL did not start: see $DIR/server.log" >&2; exit 1; }
 echo "$URL"
