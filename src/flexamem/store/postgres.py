@@ -33,7 +33,8 @@ from flexamem.errors import (
 )
 from flexamem.notes import LLMCall, Note
 from flexamem.store.base import MergedRecord, StepRow
-from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
+from flexamem.store.rows import note_row, piece_rows, vector_rows
+from flexamem.store.sql import SQLReads
 
 _IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
 
@@ -112,7 +113,9 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class PostgresStore:
+class PostgresStore(SQLReads):
+    LINK_ORDER = "id"
+
     """A :class:`~flexamem.store.base.Store` in a PostgreSQL database (shared by every process)."""
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 4) -> None:
@@ -193,6 +196,7 @@ class PostgresStore:
                 raise _map_error(exc, self.path) from exc
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        sql = sql.replace("?", "%s")  # the shared queries (store/sql.py) use ? placeholders
         with self._conn() as conn:
             try:
                 rows: list[Any] = conn.execute(sql, args).fetchall()
@@ -221,9 +225,6 @@ class PostgresStore:
         if rows[0][0] != kind:
             raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
         return dict(json.loads(rows[0][1]))
-
-    def histories(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
 
     def drop_history(self, history: str) -> bool:
         with self._write() as conn:
@@ -278,31 +279,6 @@ class PostgresStore:
                     )
                 _insert_calls(cur, history, calls)
 
-    def note_count(self, history: str) -> int:
-        rows = self._read("SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = %s", (history,))
-        return int(rows[0][0])
-
-    def load_links(self, history: str, start: int = 0) -> list[tuple[int, int]]:
-        rows = self._read(
-            "SELECT src, dst FROM links WHERE history_id = %s AND (src >= %s OR dst >= %s) ORDER BY id",
-            (history, start, start),
-        )
-        return [(int(a), int(b)) for a, b in rows]
-
-    def load_steps(self, history: str) -> list[StepRow]:
-        rows = self._read("SELECT n, step_id, data FROM steps WHERE history_id = %s ORDER BY n", (history,))
-        return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
-
-    def load_notes(self, history: str, start: int = 0) -> list[Note]:
-        where = "WHERE history_id = %s AND seq >= %s"
-        args = (history, start)
-        return notes_from_rows(
-            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", args),
-            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args),
-            self._read("SELECT src, dst FROM links WHERE history_id = %s AND src >= %s ORDER BY id", args),
-            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args),
-        )
-
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
         with self._write() as conn:
@@ -324,45 +300,9 @@ class PostgresStore:
             )
         return self.get_merged(history, merged.first, merged.last, merged.level) or merged
 
-    def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None:
-        rows = self._read(
-            "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged"
-            " WHERE history_id = %s AND first_seq = %s AND last_seq = %s AND level = %s",
-            (history, first, last, level),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
-
-    def load_merged(self, history: str) -> list[MergedRecord]:
-        return [
-            MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
-            for r in self._read(
-                "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged WHERE history_id = %s"
-                " ORDER BY first_seq, level",
-                (history,),
-            )
-        ]
-
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as conn, conn.cursor() as cur:
             _insert_calls(cur, history, [call])
-
-    def llm_calls(self, history: str) -> list[LLMCall]:
-        rows = self._read(
-            "SELECT purpose, model, prompt_tokens, completion_tokens, seq, cached FROM llm_calls"
-            " WHERE history_id = %s ORDER BY id",
-            (history,),
-        )
-        return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
-
-    def set_state(self, history: str, key: str, value: Any) -> None:
-        self.append_notes(history, [], [], state={key: value})
-
-    def get_state(self, history: str, key: str) -> Any:
-        rows = self._read("SELECT value FROM state WHERE history_id = %s AND key = %s", (history, key))
-        return json.loads(rows[0][0]) if rows else None
 
 
 def _insert_calls(cur: Any, history: str, calls: Sequence[LLMCall]) -> None:

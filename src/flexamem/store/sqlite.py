@@ -25,11 +25,14 @@ from flexamem.errors import (
 )
 from flexamem.notes import Note
 from flexamem.store.base import LLMCall, MergedRecord, StepRow
-from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
+from flexamem.store.rows import note_row, piece_rows, vector_rows
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
+from flexamem.store.sql import SQLReads
+
+NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
 
 
-class SQLiteStore:
+class SQLiteStore(SQLReads):
     """A :class:`~flexamem.store.base.Store` in one SQLite file (or ``":memory:"``)."""
 
     def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
@@ -142,9 +145,6 @@ class SQLiteStore:
             db.execute("DELETE FROM dropping WHERE history_id = ?", (history,))
         return True
 
-    def histories(self) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
-
     # -- notes -------------------------------------------------------------------------------------
     def append_notes(
         self,
@@ -175,7 +175,8 @@ class SQLiteStore:
             for n in notes:
                 try:
                     db.execute(
-                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", note_row(history, n, now)
+                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        note_row(history, n, now),
                     )
                 except sqlite3.IntegrityError as exc:
                     if "unit_id" in str(exc):
@@ -189,30 +190,6 @@ class SQLiteStore:
                 db.executemany("INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)", vector_rows(history, n))
             db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
             _insert_calls(db, history, calls)
-
-    def note_count(self, history: str) -> int:
-        rows = self._read("SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?", (history,))
-        return int(rows[0][0])
-
-    def load_links(self, history: str, start: int = 0) -> list[tuple[int, int]]:
-        rows = self._read(
-            "SELECT src, dst FROM links WHERE history_id = ? AND (src >= ? OR dst >= ?) ORDER BY rowid",
-            (history, start, start),
-        )
-        return [(int(a), int(b)) for a, b in rows]
-
-    def load_steps(self, history: str) -> list[StepRow]:
-        rows = self._read("SELECT n, step_id, data FROM steps WHERE history_id = ? ORDER BY n", (history,))
-        return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
-
-    def load_notes(self, history: str, start: int = 0) -> list[Note]:
-        where = "WHERE history_id = ? AND seq >= ?"
-        return notes_from_rows(
-            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", (history, start)),
-            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", (history, start)),
-            self._read("SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY rowid", (history, start)),
-            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", (history, start)),
-        )
 
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
@@ -235,45 +212,9 @@ class SQLiteStore:
         stored = self.get_merged(history, merged.first, merged.last, merged.level)
         return stored or merged
 
-    def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None:
-        rows = self._read(
-            "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged"
-            " WHERE history_id = ? AND first_seq = ? AND last_seq = ? AND level = ?",
-            (history, first, last, level),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
-
-    def load_merged(self, history: str) -> list[MergedRecord]:
-        return [
-            MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
-            for r in self._read(
-                "SELECT first_seq, last_seq, level, text, tokens, writer, flagged FROM merged WHERE history_id = ?"
-                " ORDER BY first_seq, level",
-                (history,),
-            )
-        ]
-
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as db:
             _insert_calls(db, history, [call])
-
-    def llm_calls(self, history: str) -> list[LLMCall]:
-        rows = self._read(
-            "SELECT purpose, model, prompt_tokens, completion_tokens, seq, cached FROM llm_calls"
-            " WHERE history_id = ? ORDER BY id",
-            (history,),
-        )
-        return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
-
-    def set_state(self, history: str, key: str, value: Any) -> None:
-        self.append_notes(history, [], [], state={key: value})
-
-    def get_state(self, history: str, key: str) -> Any:
-        rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))
-        return json.loads(rows[0][0]) if rows else None
 
 
 def _insert_calls(db: sqlite3.Connection, history: str, calls: Sequence[LLMCall]) -> None:
