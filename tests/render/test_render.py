@@ -127,3 +127,23 @@ def test_ablations_respect_the_budget_and_do_what_they_say(big: fm.Memory, name:
             "refund Visa Casa do Rio", 900, mode="units", options=RenderOptions(candidates="random", pass_through=False)
         )
         assert again.text == r.text
+
+
+def test_shown_is_built_on_first_use_only() -> None:
+    from flexamem.render.result import Rendering, UnitView
+
+    calls: list[int] = []
+
+    def views() -> list[UnitView]:
+        calls.append(1)
+        return [UnitView(0, "u1", "record")]
+
+    r = Rendering("text", 1, 10, "units", views)
+    assert calls == []  # a render that nobody inspects builds no views
+    assert r.view("u1").resolution == "record" and r.shown[0].seq == 0
+    assert calls == [1]  # built once, then kept
+    mem = fm.Memory(":memory:")
+    mem.add_session([{"speaker": "A", "text": f"line {i} about the depot"} for i in range(40)], session_id="s1")
+    mem.add_session([{"speaker": "B", "text": "the depot code is 7919"}], session_id="s2")
+    rendered = mem.render("depot code", budget=200)
+    assert [v.unit_id for v in rendered.shown] == ["s1", "s2"] and rendered.view("s2").pieces

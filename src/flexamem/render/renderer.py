@@ -14,6 +14,7 @@ is hidden; a single line longer than ``A`` is cut with a visible mark. So ``toke
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -149,7 +150,11 @@ class Renderer:
         tokens = self.counter.count(text)
         if tokens > allowance:
             return None
-        shown = [_view(note.seq, note.unit_id, "raw", tuple(range(len(note.pieces))), self.history) for note in notes]
+        history = self.history
+
+        def shown() -> list[UnitView]:
+            return [_view(note.seq, note.unit_id, "raw", tuple(range(len(note.pieces))), history) for note in notes]
+
         return Rendering(text, tokens, allowance, "pass-through", shown, {"raw": tokens}, pass_through=True)
 
     # -- unit recovery -----------------------------------------------------------------------------
@@ -210,8 +215,8 @@ class Renderer:
             else:
                 text, tokens = self._cut(text, allowance)
                 break
-        shown = self._views(entries, chosen, n, {})
-        return Rendering(text, tokens, allowance, "units", shown, parts, timeline_spans=spans)
+        views = functools.partial(self._views, entries, chosen, n, {})
+        return Rendering(text, tokens, allowance, "units", views, parts, timeline_spans=spans)
 
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
@@ -323,7 +328,13 @@ class Renderer:
             "pieces": max(tokens - record_tokens, 0) if chosen else 0,
         }
         return Rendering(
-            text, tokens, allowance, mode, self._views(entries, [], n, chosen), parts, timeline_spans=spans
+            text,
+            tokens,
+            allowance,
+            mode,
+            functools.partial(self._views, entries, [], n, chosen),
+            parts,
+            timeline_spans=spans,
         )
 
     # -- shared ------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,17 +29,25 @@ class UnitView:
 
 @dataclass(frozen=True)
 class Rendering:
-    """A rendered memory. ``tokens`` is the exact o200k count of ``text``, always ``<= allowance``."""
+    """A rendered memory. ``tokens`` is the exact o200k count of ``text``, always ``<= allowance``.
+
+    ``shown`` (where every unit went) is built when first read, so a render costs what it shows,
+    not one view per unit of the history; ``views`` is what builds it (or the views themselves)."""
 
     text: str
     tokens: int
     allowance: int
     mode: str
-    shown: list[UnitView] = field(default_factory=list)
+    views: Callable[[], list[UnitView]] | Sequence[UnitView] = field(default=(), repr=False, compare=False)
     composition: dict[str, int] = field(default_factory=dict)  # tokens by part (records, raw, ...)
     pass_through: bool = False
     merges_written: int = 0
     timeline_spans: tuple[tuple[int, int, int], ...] = ()  # (first, last, level) after merging
+
+    @functools.cached_property
+    def shown(self) -> list[UnitView]:
+        """One view per unit of the rendered history, in time order (computed once, on first use)."""
+        return list(self.views()) if callable(self.views) else list(self.views)
 
     def view(self, unit_id: str) -> UnitView:
         for v in self.shown:
