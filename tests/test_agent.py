@@ -152,3 +152,16 @@ def test_agent_auto_ranks_by_bm25_with_identifiers_and_writes_no_piece_vectors()
         d.step(action=f"call {i}", observation=observation(i, 8))
     d.context(mode="auto")
     assert len(d.mem.history) and all(d.mem.history.piece_vector_ready)  # with a cosine weight the pieces are embedded
+
+
+def test_a_repeated_call_with_no_new_step_renders_nothing_again() -> None:
+    mem = fm.Memory(":memory:")
+    agent = mem.agent(task="count the crates", budget=700)
+    for i in range(12):
+        agent.step(action=f"count({i})", observation=f"crate {i} " * 40)
+    first = agent.context()
+    assert agent.context() is first  # same steps, same mode: the same context
+    assert agent.context(mode="units") is not first
+    agent.step(action="count(12)", observation="crate 12")
+    after = agent.context()
+    assert after is not first and after.messages[-1]["content"] == "crate 12"

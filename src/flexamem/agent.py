@@ -85,6 +85,7 @@ class AgentSession:
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
         self._step_ids: dict[str, int] = {}
+        self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         for row in core.store.load_steps(core.history_id):
             data = json.loads(row.data)
             self._remember(Step(row.n + 1, data["action"], data["observation"], data["actor"]), data["messages"])
@@ -288,10 +289,21 @@ class AgentSession:
         ``mode`` is ``"auto"`` (the default: pieces ranked by stemmed BM25 against the task with the
         newest unit, lifted when they hold identifiers, under a timeline at ``rho``; the best measured on
         the development trajectories, docs/EVALUATION_AGENTS.md), ``"units"`` (the paper's unit
-        recovery) or ``"pieces"`` (the paper's piece recovery).
+        recovery) or ``"pieces"`` (the paper's piece recovery). A repeated call with no new step
+        returns the same context without rendering again.
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+        if options is not None and not isinstance(options, RenderOptions):
+            raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
+        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions())
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        context = self._context(options, mode)
+        self._last = (key, context)
+        return context
+
+    def _context(self, options: RenderOptions | None, mode: str) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
