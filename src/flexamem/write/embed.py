@@ -13,10 +13,10 @@ import json
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,6 +88,34 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12)
     return np.asarray(((x - mu) / np.sqrt(var + eps)) * w + b)
 
 
+def batched_embed(
+    tokenizer: Any,
+    texts: Sequence[str],
+    dim: int,
+    batch_size: int,
+    lock: threading.Lock,
+    forward: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """Tokenize, sort by length (less padding), and run ``forward(ids, mask)`` batch by batch; rows come
+    back in the order of ``texts``. Shared by every MiniLM runtime."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    if not texts:
+        return out
+    encodings = tokenizer.encode_batch(list(texts))
+    order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+    with lock:  # runtimes release the GIL; one forward at a time keeps memory flat
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            batch = [encodings[i].ids for i in idx]
+            ids = np.zeros((len(batch), max(len(b) for b in batch)), dtype=np.int64)
+            mask = np.zeros(ids.shape, dtype=np.float32)
+            for i, seq in enumerate(batch):
+                ids[i, : len(seq)] = seq
+                mask[i, : len(seq)] = 1.0
+            out[idx] = forward(ids, mask)
+    return out
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 forward pass in numpy; batched, texts sorted by length to limit padding."""
 
@@ -115,25 +143,11 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
-            return out
-        encodings = self.tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        with self._lock:  # numpy releases the GIL; one forward at a time keeps memory flat
-            for s in range(0, len(order), self.batch_size):
-                idx = order[s : s + self.batch_size]
-                out[idx] = self._forward([encodings[i].ids for i in idx])
-        return out
+        return batched_embed(self.tokenizer, texts, self.dim, self.batch_size, self._lock, self._forward)
 
-    def _forward(self, batch: list[list[int]]) -> np.ndarray:
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w, h = self.w, self.heads
-        length = max(len(ids) for ids in batch)
-        ids = np.zeros((len(batch), length), dtype=np.int64)
-        mask = np.zeros((len(batch), length), dtype=np.float32)
-        for i, seq in enumerate(batch):
-            ids[i, : len(seq)] = seq
-            mask[i, : len(seq)] = 1.0
+        length = ids.shape[1]
         x = (
             w["embeddings.word_embeddings.weight"][ids]
             + w["embeddings.position_embeddings.weight"][:length][None]

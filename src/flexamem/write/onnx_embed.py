@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flexamem.write.embed import MAX_SEQ_LEN, model_dir, read_safetensors
+from flexamem.write.embed import MAX_SEQ_LEN, batched_embed, model_dir, read_safetensors
 
 
 def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: float) -> Any:
@@ -36,6 +36,12 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
         return out
 
     w = weights
+
+    def layer_norm(t: str, name: str, out: str) -> str:
+        """LayerNormalization with the weights ``<name>.weight`` and ``<name>.bias``."""
+        inputs = [t, const(out + "_w", w[name + ".weight"]), const(out + "_b", w[name + ".bias"])]
+        return node("LayerNormalization", inputs, out, axis=-1, epsilon=eps)
+
     d = w["embeddings.word_embeddings.weight"].shape[1]
     hd = d // heads
     const("word", w["embeddings.word_embeddings.weight"])
@@ -60,13 +66,7 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
     node("Slice", ["pos", "zero", "len", "zero"], "pe")  # pos[:L]
     node("Add", ["we", "pe"], "e1")
     node("Add", ["e1", "type0"], "e2")
-    x = node(
-        "LayerNormalization",
-        ["e2", const("ln_e_w", w["embeddings.LayerNorm.weight"]), const("ln_e_b", w["embeddings.LayerNorm.bias"])],
-        "x0",
-        axis=-1,
-        epsilon=eps,
-    )
+    x = layer_norm("e2", "embeddings.LayerNorm", "x0")
     node("Sub", ["f_one", "attention_mask"], "inv")
     node("Mul", ["inv", "f_min"], "bias2")
     node("Unsqueeze", ["bias2", const("axes12", np.array([1, 2], dtype=np.int64))], "bias")
@@ -95,17 +95,7 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
         node("Reshape", [o + "ctx_t", "model_shape"], o + "ctx_r")
         att = lin(o + "ctx_r", p, "attention.output.dense", o + "att")
         node("Add", [att, x], o + "res1")
-        x1 = node(
-            "LayerNormalization",
-            [
-                o + "res1",
-                const(o + "ln1_w", w[p + "attention.output.LayerNorm.weight"]),
-                const(o + "ln1_b", w[p + "attention.output.LayerNorm.bias"]),
-            ],
-            o + "x1",
-            axis=-1,
-            epsilon=eps,
-        )
+        x1 = layer_norm(o + "res1", p + "attention.output.LayerNorm", o + "x1")
         inter = lin(x1, p, "intermediate.dense", o + "inter")
         node("Mul", [inter, "rsqrt2"], o + "g1")
         node("Erf", [o + "g1"], o + "g2")
@@ -114,17 +104,7 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
         node("Mul", [o + "g4", "half"], o + "gelu")
         out = lin(o + "gelu", p, "output.dense", o + "out")
         node("Add", [out, x1], o + "res2")
-        x = node(
-            "LayerNormalization",
-            [
-                o + "res2",
-                const(o + "ln2_w", w[p + "output.LayerNorm.weight"]),
-                const(o + "ln2_b", w[p + "output.LayerNorm.bias"]),
-            ],
-            o + "x2",
-            axis=-1,
-            epsilon=eps,
-        )
+        x = layer_norm(o + "res2", p + "output.LayerNorm", o + "x2")
     node("Unsqueeze", ["attention_mask", const("axis2", np.array([2], dtype=np.int64))], "mask3")
     node("Mul", [x, "mask3"], "masked")
     node("ReduceSum", ["masked", "axis1"], "summed", keepdims=0)
@@ -183,20 +163,8 @@ class OnnxMiniLMEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
-            return out
-        encodings = self.tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        with self._lock:
-            for s in range(0, len(order), self.batch_size):
-                idx = order[s : s + self.batch_size]
-                batch = [encodings[i].ids for i in idx]
-                length = max(len(ids) for ids in batch)
-                ids = np.zeros((len(batch), length), dtype=np.int64)
-                mask = np.zeros((len(batch), length), dtype=np.float32)
-                for i, seq in enumerate(batch):
-                    ids[i, : len(seq)] = seq
-                    mask[i, : len(seq)] = 1.0
-                out[idx] = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+        return batched_embed(self.tokenizer, texts, self.dim, self.batch_size, self._lock, self._forward)
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
         return out
