@@ -30,7 +30,7 @@ def test_pass_through_then_memory_with_window(tmp_path: Path) -> None:
     assert last.messages[-1]["content"] == observation(29)  # the newest step is shown unchanged
     assert last.tokens <= last.ceiling == (2048 * 95) // 100
     # every unit older than the window is a note; the window is not
-    assert last.notes == len(mem.store.load_notes(agent.mem.history_id)) == min(last.window_units)
+    assert last.notes == len(mem.store.load_notes(agent.core.history_id)) == min(last.window_units)
 
 
 def test_window_is_longest_newest_run_within_a_quarter() -> None:
@@ -72,7 +72,7 @@ def test_merged_records_persist_for_the_episode() -> None:
     for i in range(60):
         agent.step(action=f"lookup({i})", observation=observation(i, 2))
         agent.context()
-        seen.append(mem.store.get_state(agent.mem.history_id, "timeline") or [])
+        seen.append(mem.store.get_state(agent.core.history_id, "timeline") or [])
     grown = [s for s in seen if s]
     assert grown, "a 60-step episode at 1k must merge"
     for a, b in itertools.pairwise(grown):  # merges never undo: each span is kept or absorbed
@@ -119,7 +119,7 @@ def test_auto_keeps_a_memory_when_the_newest_unit_must_be_cut() -> None:
         details = f"Reservation R{i}X{i}: flight HAT{i:03d} from SFO to JFK on May {i + 1}, status confirmed. "
         agent.step(action=f"get_reservation_details(R{i}X{i})", observation=details * 12)
         agent.context(mode="auto")
-    spans = mem.store.get_state(agent.mem.history_id, "timeline")
+    spans = mem.store.get_state(agent.core.history_id, "timeline")
     agent.step(action="cat big.log", observation="line of log output\n" * 2000)
     plain = agent.context(mode="units")
     assert plain.cut and plain.memory is None  # the paper's modes show no memory then
@@ -130,8 +130,8 @@ def test_auto_keeps_a_memory_when_the_newest_unit_must_be_cut() -> None:
     # every written unit is still represented (record, merged record or pieces)
     assert all(v.resolution != "hidden" or v.pieces for v in ctx.memory.shown)
     assert ctx.memory.tokens <= ctx.memory.allowance
-    assert len(ctx.memory.shown) == len(agent.mem.history) >= 4
-    assert mem.store.get_state(agent.mem.history_id, "timeline") == spans  # this call's merges are not kept
+    assert len(ctx.memory.shown) == len(agent.core.history) >= 4
+    assert mem.store.get_state(agent.core.history_id, "timeline") == spans  # this call's merges are not kept
     assert agent.context(mode="auto").messages == ctx.messages  # the same call renders the same
 
 
@@ -144,14 +144,16 @@ def test_agent_auto_ranks_by_bm25_with_identifiers_and_writes_no_piece_vectors()
     ctx = agent.context(mode="auto")
     assert ctx.memory is not None and ctx.tokens <= ctx.ceiling
     assert "4BMN53" in ctx.memory.text  # the reservation codes come back, though no query word names them
-    h = agent.mem.history
+    h = agent.core.history
     assert len(h) and not any(h.piece_vector_ready)  # agent auto is BM25 alone: no vectors written
     dense = fm.Memory(":memory:", settings=fm.Settings(agent_auto_alpha=0.5))
     d = dense.agent(task="t", budget=600)
     for i in range(20):
         d.step(action=f"call {i}", observation=observation(i, 8))
     d.context(mode="auto")
-    assert len(d.mem.history) and all(d.mem.history.piece_vector_ready)  # with a cosine weight the pieces are embedded
+    assert len(d.core.history) and all(
+        d.core.history.piece_vector_ready
+    )  # with a cosine weight the pieces are embedded
 
 
 def test_a_repeated_call_with_no_new_step_renders_nothing_again() -> None:

@@ -105,11 +105,6 @@ class AgentSession:
         with contextlib.suppress(ReadOnlyStoreError):
             self.core.store.set_state(self.core.history_id, key, value)
 
-    @property
-    def mem(self) -> HistoryCore:
-        """The session history's core (``agent.mem.history``, ``.store``, ``.embedder``, ...)."""
-        return self.core
-
     @classmethod
     def open(
         cls,

@@ -33,7 +33,7 @@ from flexamem.store.base import StepRow, Store
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder, default_embedder
 from flexamem.write.records import AsyncRecordWriter, RecordWriter
-from flexamem.write.writer import NoteWriter, Prepared
+from flexamem.write.writer import NoteWriter
 
 WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
 
@@ -182,9 +182,6 @@ class HistoryCore:
         if isinstance(self.writer, AsyncRecordWriter):
             return await self.writer.awrite_records(drafts)
         return await asyncio.to_thread(self.writer.write_records, drafts)
-
-    def prepare(self, drafts: Sequence[UnitDraft], records: Sequence[Record]) -> Prepared:
-        return NoteWriter(self.embedder, self.counter, self.settings).prepare(drafts, records)
 
     # -- budgets and vectors ---------------------------------------------------------------------------
     @staticmethod

@@ -190,25 +190,17 @@ class Memory:
         """The session's units and, for a library-named session, how to re-name them at write time."""
         parsed = parse_turns(turns)
         clean_date = clean_text(date, "date").strip() if date is not None else None
-        if session_id is not None:
-            sid = clean_text(session_id, "session_id").strip()
-            drafts = cut_session(
-                parsed,
-                self.counter,
-                session_id=sid,
-                date=clean_date,
-                max_unit_tokens=self.settings.max_unit_tokens,
-                one_unit=self.settings.one_unit_per_session,
-            )
-            return drafts, None
+        named = session_id is not None
         drafts = cut_session(
             parsed,
             self.counter,
-            session_id="s",
+            session_id=clean_text(session_id, "session_id").strip() if named else "s",  # "s": renamed at write
             date=clean_date,
             max_unit_tokens=self.settings.max_unit_tokens,
             one_unit=self.settings.one_unit_per_session,
         )
+        if named:
+            return drafts, None
 
         def relabel(history: History) -> list[UnitDraft]:
             return relabel_drafts(drafts, free_session_id(history))

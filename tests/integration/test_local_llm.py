@@ -90,7 +90,7 @@ def test_a_real_model_writes_agent_records_and_merged_records(server: LocalServe
     ]
     for name, out in zip(calls, outputs, strict=True):
         agent.step(f"{name}({json.dumps({'id': out.get('reservation_id', 'mia_li_3668')})})", json.dumps(out) * 12)
-    notes = agent.mem.notes()
+    notes = agent.core.notes()
     assert len(notes) >= 2 and all(n.writer == f"llm:{MODEL}" and not n.flagged for n in notes), [
         n.flag_reason for n in notes
     ]

@@ -168,8 +168,8 @@ def test_async_agent_steps_match_sync_steps(server: FakeOpenAI) -> None:
         return await async_agent.acontext()
 
     ctx = asyncio.run(run())
-    assert [n.record for n in sync_agent.mem.notes()] == [n.record for n in async_agent.mem.notes()]
-    assert len(async_agent.mem.notes()) > 2 and async_agent.mem.notes()[0].writer == "llm:fake"
+    assert [n.record for n in sync_agent.core.notes()] == [n.record for n in async_agent.core.notes()]
+    assert len(async_agent.core.notes()) > 2 and async_agent.core.notes()[0].writer == "llm:fake"
     assert ctx.messages == sync_agent.context().messages
 
 

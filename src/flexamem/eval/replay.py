@@ -95,7 +95,7 @@ class Method:
     def fixed(self) -> tuple[list[Message], int, int]:
         s = self.session
         fixed = s.fixed_messages()
-        return fixed, messages_tokens(fixed, s.counter), s.mem.ceiling(s.budget)
+        return fixed, messages_tokens(fixed, s.counter), s.core.ceiling(s.budget)
 
     def window(self) -> tuple[list[list[int]], int, list[Message]]:
         """The session's units, the first unit of its recent window and the window's messages."""
@@ -224,7 +224,7 @@ class UnitRetrieval(Method):
             texts = [
                 note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]] for a in range(0, len(offsets) - 1, 150)
             ]
-            self._spans[note.seq] = s.mem.embedder.embed(texts)
+            self._spans[note.seq] = s.core.embedder.embed(texts)
         return self._spans[note.seq]
 
     def context(self) -> StepContext:
@@ -232,7 +232,7 @@ class UnitRetrieval(Method):
         fixed, p, ceiling = self.fixed()
         units, first, window = self.window()
         allowance = ceiling - p - sum(s._unit_tokens(units[k]) for k in range(first, len(units))) - 12
-        notes = s.mem.history.notes[:first]
+        notes = s.core.history.notes[:first]
         v = s.query_vector()
         best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
         chosen, used = [], 0
@@ -267,11 +267,11 @@ class PieceRetrieval(Method):
         self.kind = kind
 
     def piece_matrix(self, limit: int) -> np.ndarray:
-        history, cache = self.session.mem.history, PieceRetrieval._vectors
+        history, cache = self.session.core.history, PieceRetrieval._vectors
         texts = [history.piece(d)[1].text for d in range(limit)]
         missing = list(dict.fromkeys(t for t in texts if t not in cache))
         if missing:
-            cache.update(zip(missing, self.session.mem.embedder.embed(missing), strict=True))
+            cache.update(zip(missing, self.session.core.embedder.embed(missing), strict=True))
         return np.stack([cache[t] for t in texts])
 
     def context(self) -> StepContext:
@@ -280,7 +280,7 @@ class PieceRetrieval(Method):
         units, first, window = self.window()
         header = "Earlier steps (retrieved pieces):\n"
         allowance = ceiling - p - messages_tokens(window, s.counter) + 3 - s.counter.count(header) - 5
-        history = s.mem.history
+        history = s.core.history
         limit = history.doc_of[first] if first < len(history.doc_of) else history.pieces_count
         chosen: dict[int, list[int]] = {}
         if limit and allowance > 0:
@@ -348,7 +348,7 @@ def replay(traj: Trajectory, method: str, budget: int) -> Iterator[tuple[int, St
     """Yield (t, context before step t or None when memory is off, the method, latency ms)."""
     m = AGENT_METHODS[method](traj, budget)
     full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
-    ceiling = m.session.mem.ceiling(budget)
+    ceiling = m.session.core.ceiling(budget)
     for t, step in enumerate(traj.steps):
         if t > 0 and full_tokens > ceiling:
             start = time.perf_counter()
@@ -391,5 +391,5 @@ def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[
         "trace_coverage": len(ctx.represented & set(range(len(units)))) / max(len(units), 1),
         "repeat_visible": (sum(repeats) / len(repeats)) if repeats else None,
         "tokens": ctx.tokens,
-        "within_budget": m.__class__ is Full or ctx.tokens <= s.mem.ceiling(s.budget),
+        "within_budget": m.__class__ is Full or ctx.tokens <= s.core.ceiling(s.budget),
     }

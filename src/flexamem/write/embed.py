@@ -212,6 +212,6 @@ def _shared() -> Embedder:
 
 def default_embedder() -> Embedder:
     """The process-wide MiniLM embedder (weights loaded once): onnxruntime when the ``onnx`` extra is
-    installed (~2.5x faster, the same vectors to ~1e-6), else the numpy forward pass.
+    installed (ingest 1.3-2.2x faster, the same vectors to ~1e-6), else the numpy forward pass.
     ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one."""
     return _shared()
