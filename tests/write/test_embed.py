@@ -44,3 +44,33 @@ def test_onnx_and_numpy_forwards_give_the_same_vectors() -> None:
     assert float(np.abs(a - b).max()) < 2e-6
     assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
     assert OnnxMiniLMEmbedder().embed([]).shape == (0, 384)
+
+
+def test_length_batches_bound_padding_and_keep_every_text() -> None:
+    from flexamem.write.embed import length_batches
+
+    lengths = [5, 100, 7, 98, 6, 40, 41, 8, 99, 42, 5, 5, 5]
+    batches = length_batches(lengths, batch_size=4)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(1 <= len(b) <= 4 for b in batches)
+    for b in batches:  # a batch never mixes a short text with a long one
+        assert max(lengths[i] for i in b) <= min(lengths[i] for i in b) * 1.25 + 8
+    assert length_batches([], 8) == []
+
+
+def test_thread_count_comes_from_the_environment_or_the_runtime_default(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from flexamem.errors import FlexaMemError
+    from flexamem.write.embed import MiniLMEmbedder, embed_threads
+
+    monkeypatch.delenv("FLEXAMEM_THREADS", raising=False)
+    assert embed_threads(2) == 2
+    assert MiniLMEmbedder().threads == 1  # OpenBLAS threads spin: one unless told otherwise
+    monkeypatch.setenv("FLEXAMEM_THREADS", "3")
+    assert embed_threads(1) == 3
+    assert MiniLMEmbedder().threads == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("FLEXAMEM_THREADS", bad)
+        with pytest.raises(FlexaMemError, match="FLEXAMEM_THREADS"):
+            embed_threads(1)

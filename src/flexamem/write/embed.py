@@ -88,6 +88,21 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12)
     return np.asarray(((x - mu) / np.sqrt(var + eps)) * w + b)
 
 
+def length_batches(lengths: Sequence[int], batch_size: int, slack: float = 1.25) -> list[list[int]]:
+    """Indices grouped into batches of at most ``batch_size`` texts of similar length: sorted by length,
+    a batch closes when the next text is more than ``slack`` times (plus 8 tokens) longer than its
+    shortest, so padding costs at most ~25% of the work. Short texts next to long ones in one call (a
+    session's pieces run from 5 to 100 wordpieces) otherwise pay the longest one's length."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and lengths[i] <= lengths[batches[-1][0]] * slack + 8:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 def batched_embed(
     tokenizer: Any,
     texts: Sequence[str],
@@ -96,16 +111,14 @@ def batched_embed(
     lock: threading.Lock,
     forward: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> np.ndarray:
-    """Tokenize, sort by length (less padding), and run ``forward(ids, mask)`` batch by batch; rows come
-    back in the order of ``texts``. Shared by every MiniLM runtime."""
+    """Tokenize, batch texts of similar length (little padding), and run ``forward(ids, mask)`` batch by
+    batch; rows come back in the order of ``texts``. Shared by every MiniLM runtime."""
     out = np.zeros((len(texts), dim), dtype=np.float32)
     if not texts:
         return out
     encodings = tokenizer.encode_batch(list(texts))
-    order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
     with lock:  # runtimes release the GIL; one forward at a time keeps memory flat
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
+        for idx in length_batches([len(e.ids) for e in encodings], batch_size):
             batch = [encodings[i].ids for i in idx]
             ids = np.zeros((len(batch), max(len(b) for b in batch)), dtype=np.int64)
             mask = np.zeros(ids.shape, dtype=np.float32)
@@ -116,15 +129,38 @@ def batched_embed(
     return out
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def embed_threads(default: int) -> int:
+    """Threads for one embedder: ``FLEXAMEM_THREADS`` when set, else ``default`` (each runtime's
+    default comes from benchmarks/threads.py; figures in docs/PERFORMANCE.md)."""
+    value = os.environ.get("FLEXAMEM_THREADS", "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ModelUnavailableError(f"FLEXAMEM_THREADS must be a positive integer, not {value!r}")
+    return int(value)
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 forward pass in numpy; batched, texts sorted by length to limit padding."""
 
     name = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, path: Path | None = None, batch_size: int = 32) -> None:
+    def __init__(self, path: Path | None = None, batch_size: int = 32, threads: int | None = None) -> None:
         from tokenizers import Tokenizer
 
+        # One BLAS thread unless told otherwise: OpenBLAS threads spin, and two processes with two
+        # threads each on two cores ran 2.3x slower than with one (4 processes: 6x); alone, two
+        # threads gain only ~1.2x (benchmarks/threads.py).
+        self.threads = threads or embed_threads(1)
         root = path or model_dir()
         config = json.loads((root / "config.json").read_text())
         self.heads = int(config["num_attention_heads"])
@@ -143,7 +179,10 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return batched_embed(self.tokenizer, texts, self.dim, self.batch_size, self._lock, self._forward)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=self.threads, user_api="blas"):
+            return batched_embed(self.tokenizer, texts, self.dim, self.batch_size, self._lock, self._forward)
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w, h = self.w, self.heads
