@@ -22,7 +22,7 @@ class History:
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.notes: list[Note] = []
-        self.embeddings = np.zeros((0, dim), dtype=np.float32)
+        self._embeddings = np.zeros((16, dim), dtype=np.float32)  # grown by doubling
         self.links: list[list[int]] = []
         self.index = BM25Index()
         self.doc_of: list[int] = []  # first BM25 doc id of each note
@@ -69,20 +69,24 @@ class History:
                 self.turn_start.append(piece.index == 0 or turn != previous)
                 previous = turn
         if notes:
-            self.embeddings = np.vstack([self.embeddings, np.stack([n.embedding for n in notes])]).astype(np.float32)
+            start = len(self.notes) - len(notes)
+            self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
+            self._embeddings[start : len(self.notes)] = np.stack([n.embedding for n in notes])
         for a, b in links:
             if b not in self.links[a]:
                 self.links[a].append(b)
 
     def _add_piece_vectors(self, note: Note) -> None:
         start, count = len(self.piece_vector_ready), len(note.pieces)
-        while start + count > len(self._piece_matrix):
-            grown = np.zeros((2 * len(self._piece_matrix), self.dim), dtype=np.float32)
-            grown[:start] = self._piece_matrix[:start]
-            self._piece_matrix = grown
+        self._piece_matrix = _ensure_rows(self._piece_matrix, start + count)
         ready = note.piece_vectors is not None and len(note.piece_vectors) == count
         self._piece_matrix[start : start + count] = note.piece_vectors if ready else note.embedding
         self.piece_vector_ready.extend([ready] * count)
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """One row per note: its embedding."""
+        return self._embeddings[: len(self.notes)]
 
     @property
     def piece_matrix(self) -> np.ndarray:
@@ -124,3 +128,13 @@ class History:
         history = cls(dim)
         history.extend(notes, [(n.seq, b) for n in notes for b in n.links])
         return history
+
+
+def _ensure_rows(matrix: np.ndarray, rows: int) -> np.ndarray:
+    """``matrix`` with room for ``rows`` rows: the same array, or a copy of twice the size (amortised
+    O(1) per appended row, where stacking on every write made building a long history quadratic)."""
+    if rows <= len(matrix):
+        return matrix
+    grown = np.zeros((max(rows, 2 * len(matrix)), matrix.shape[1]), dtype=matrix.dtype)
+    grown[: len(matrix)] = matrix
+    return grown
