@@ -33,9 +33,11 @@ unit: setup
 test: lint llm-setup
 	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
 
+# the performance suite (tables in docs/PERFORMANCE.md); 10M tokens: SIZES=20000,100000,1000000,10000000
+SIZES ?= 20000,100000,1000000
 bench: setup
-	$(PY) benchmarks/ingest.py
-	$(PY) benchmarks/render.py
+	$(PY) benchmarks/suite.py --sizes $(SIZES)
+	$(PY) benchmarks/threads.py
 
 bench-llm: llm-setup
 	$(PY) benchmarks/llm_writer.py

@@ -112,6 +112,9 @@ def bench_history(conversations: list[Conversation], size: int) -> tuple[Path, d
         print(f"  building {path.name}: {tokens:,} tokens", end="\r", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     built = time.perf_counter() - start
+    for mode in ("auto", "pieces", "units"):  # as after a user's first questions: merged records stored
+        for budget in (4096, 16384):
+            mem.render("what happened first?", budget, mode=mode)
     mem.close()
     info = {"tokens": tokens, "units": units, "build_s": built}
     marker.write_text(json.dumps(info))

@@ -37,7 +37,7 @@ import numpy as np
 from flexamem.core import HistoryCore
 from flexamem.errors import BudgetError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
-from flexamem.render.messages import Message, message_tokens, messages_tokens, validate_messages
+from flexamem.render.messages import Message, chat_safe, message_tokens, messages_tokens, validate_messages
 from flexamem.render.renderer import MODES, Query, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.store.base import StepRow
@@ -305,12 +305,12 @@ class AgentSession:
         if p >= ceiling:
             raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
         units = self.units()
-        history = [m for msgs in self._messages for m in msgs]
+        history, history_tokens = self._chat_safe([m for msgs in self._messages for m in msgs], sum(self._msg_tokens))
         started = self._started
-        if not started and p + sum(self._msg_tokens) <= ceiling:
+        if not started and p + history_tokens <= ceiling:
             return AgentContext(
                 fixed + history,
-                p + sum(self._msg_tokens),
+                p + history_tokens,
                 ceiling,
                 window_units=tuple(range(len(units))),
                 notes=len(self.core.history),
@@ -319,8 +319,10 @@ class AgentSession:
             self._set_state("memory_started", True)
             self._started = True
         first = min(self.window(units), len(self.core.history))  # units not written (read-only) stay raw
-        window = [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]]
-        w = sum(self._unit_tokens(units[k]) for k in range(first, len(units)))
+        window, w = self._chat_safe(
+            [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]],
+            sum(self._unit_tokens(units[k]) for k in range(first, len(units))),
+        )
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
         allowance = ceiling - p - w - overhead
         reference = ceiling - p - self.budget // 4 - overhead
@@ -335,6 +337,15 @@ class AgentSession:
         messages += window
         tokens = messages_tokens(messages, self.counter)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
+
+    def _chat_safe(self, messages: list[Message], tokens: int) -> tuple[list[Message], int]:
+        """``messages`` valid for the OpenAI chat API (a window can begin with a tool reply whose call
+        left with an older unit, or end with a call not answered yet) and their tokens (recounted only
+        when something had to change)."""
+        safe = chat_safe(messages)
+        if all(a is b for a, b in zip(safe, messages, strict=False)) and len(safe) == len(messages):
+            return safe, tokens
+        return safe, sum(message_tokens(m, self.counter) for m in safe)
 
     def newest_text(self) -> str:
         """The newest unit's raw text: with the task, what this call's memory is recovered against."""
@@ -407,28 +418,51 @@ class AgentSession:
         return AgentContext(messages, tokens, ceiling, rendering, False, cut.window_units, cut=True, notes=first)
 
     def _cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:
-        """The newest unit alone does not fit: cut its longest message with a visible mark."""
+        """The newest unit alone does not fit: cut its longest part (a message's text or a tool call's
+        arguments) with a visible mark, again until it fits; when nothing is left to cut, the oldest
+        message goes. Tool calls and replies stay paired (what breaks a pair becomes text)."""
         units = self.units()
-        newest = [m for i in units[-1] for m in self._messages[i]]
-        messages = [dict(m) for m in newest]
-        while messages_tokens(fixed + messages, self.counter) > ceiling:
-            longest = max(range(len(messages)), key=lambda i: len(str(messages[i].get("content") or "")))
-            content = str(messages[longest].get("content") or "")
+        messages = chat_safe([m for i in units[-1] for m in self._messages[i]])
+        messages = [json.loads(json.dumps(m)) for m in messages]  # cut copies, never the stored step
+        while messages and messages_tokens(fixed + messages, self.counter) > ceiling:
             over = messages_tokens(fixed + messages, self.counter) - ceiling
-            ids = self.counter.encode(content)
-            if not ids:
-                messages.pop(longest)
+            size, where, call = max(_parts(messages), key=lambda part: part[0])
+            if size == 0:  # nothing left to cut: drop the oldest message, keep the rest valid
+                del messages[where]
+                messages = chat_safe(messages)
                 continue
-            keep = max(len(ids) - over - 16, 0)
-            cut = len(ids) - keep
-            messages[longest]["content"] = (
-                self.counter.decode(ids[:keep]).rstrip("\ufffd") + f"\n[… {cut} tokens cut to fit the budget]"
-            )
-            if keep == 0:
-                messages[longest]["content"] = f"[… {cut} tokens cut to fit the budget]"
-                if messages_tokens(fixed + messages, self.counter) > ceiling:
-                    messages.pop(longest)
+            target = messages[where]["tool_calls"][call]["function"] if call >= 0 else messages[where]
+            key = "arguments" if call >= 0 else "content"
+            target[key] = self._cut_text(_text_of(target.get(key)), over)
         out = fixed + messages
         return AgentContext(
             out, messages_tokens(out, self.counter), ceiling, None, False, (len(units) - 1,), cut=True, notes=first
         )
+
+    def _cut_text(self, text: str, over: int) -> str:
+        """``text`` less at least ``over`` tokens (plus the mark's), ending in a visible mark."""
+        ids = self.counter.encode(text)
+        keep = max(len(ids) - over - 16, 0)
+        mark = f"[… {len(ids) - keep} tokens cut to fit the budget]"
+        return self.counter.decode(ids[:keep]).rstrip("\ufffd") + "\n" + mark if keep else mark
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, str) or value is None:
+        return value or ""
+    return json.dumps(value, ensure_ascii=False)
+
+
+_MARK = "tokens cut to fit the budget]"
+
+
+def _parts(messages: list[Message]) -> Iterator[tuple[int, int, int]]:
+    """(characters, message index, tool call index or -1) of every part that can still be cut: a
+    message's content and each tool call's arguments (a part already reduced to its mark cannot)."""
+    for i, m in enumerate(messages):
+        text = _text_of(m.get("content"))
+        yield (0 if text.startswith("[… ") and text.endswith(_MARK) else len(text)), i, -1
+        for c, call in enumerate(m.get("tool_calls") or []):
+            args = _text_of((call.get("function") or {}).get("arguments")) if isinstance(call, dict) else ""
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                yield (0 if args.startswith("[… ") and args.endswith(_MARK) else len(args)), i, c

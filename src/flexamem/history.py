@@ -13,7 +13,9 @@ import numpy as np
 
 from flexamem.notes import Note, Piece
 from flexamem.recover.bm25 import BM25Index
-from flexamem.text import content_words, is_identifier, stemmed
+from flexamem.text import content_words, is_identifier, stem, stemmed
+
+BULK = 256  # pieces from which a load indexes in bulk
 
 
 class History:
@@ -50,6 +52,7 @@ class History:
         """Append written notes (in seq order) and any new link edges."""
         if not notes and not links:
             return
+        docs: list[list[str]] = []
         for note in notes:
             if note.seq != len(self.notes):
                 raise ValueError(f"note seq {note.seq} out of order (expected {len(self.notes)})")
@@ -60,14 +63,12 @@ class History:
             self._add_piece_vectors(note)
             previous: object = None
             for piece in note.pieces:
-                words = content_words(piece.text)
-                self.index.add(words)
-                self.stem_index.add(stemmed(words))
-                self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
+                docs.append(content_words(piece.text))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
                 previous = turn
+        self._index(docs)
         if notes:
             start = len(self.notes) - len(notes)
             self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
@@ -75,6 +76,21 @@ class History:
         for a, b in links:
             if b not in self.links[a]:
                 self.links[a].append(b)
+
+    def _index(self, docs: list[list[str]]) -> None:
+        """Add the new pieces' words to both BM25 indexes and count their identifier words: one by one
+        for a few (a write), in bulk with numpy for many (a history's load)."""
+        if len(docs) < BULK:
+            for words in docs:
+                self.index.add(words)
+                self.stem_index.add(stemmed(words))
+                self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
+            return
+        vocab, pair_terms, pair_docs = self.index.add_many(docs)
+        self.stem_index.add_many(docs, transform=stem)
+        is_id = np.fromiter((is_identifier(w) for w in vocab), dtype=bool, count=len(vocab))
+        counts = np.bincount(pair_docs[is_id[pair_terms]], minlength=len(docs))
+        self.identifiers.extend(counts.tolist())
 
     def _add_piece_vectors(self, note: Note) -> None:
         start, count = len(self.piece_vector_ready), len(note.pieces)

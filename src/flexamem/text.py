@@ -234,12 +234,15 @@ STOP_WORDS = frozenset(
 
 _MARKUP = re.compile(r"<[^>\n]{1,200}>|&[a-z]+;|https?://\S+|!\[[^\]]*\]\([^)]*\)")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_JOINING_APOSTROPHE = re.compile(r"(?<=[^\W_])['’](?=[^\W_])")
 
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens after removing markup (HTML tags, entities, URLs, image links)."""
-    text = _MARKUP.sub(" ", text)
-    return [w.replace("’", "").replace("'", "") for w in _WORD.findall(text.lower())]
+    text = _MARKUP.sub(" ", text).lower()
+    if "'" in text or "’" in text:  # an apostrophe between word characters joins them: drop it first
+        text = _JOINING_APOSTROPHE.sub("", text)
+    return _WORD.findall(text)
 
 
 def content_words(text: str) -> list[str]:
@@ -255,27 +258,28 @@ def query_terms(text: str) -> list[str]:
 def is_identifier(word: str) -> bool:
     """A word that names something exactly: at least 4 characters holding a digit (an id, a code, a
     number, a year), as agents pass them back verbatim in their next calls."""
-    return len(word) >= 4 and any(c.isdigit() for c in word)
+    return len(word) >= 4 and _DIGIT.search(word) is not None
 
 
+_DIGIT = re.compile(r"\d")
 _STEMS: dict[str, str] = {}
 
 
-def stemmed(terms: Iterable[str]) -> list[str]:
-    """Snowball (Porter 2) English stems of content words, the same on both sides of ``auto``'s BM25.
+def stem(word: str) -> str:
+    """The Snowball (Porter 2) English stem of one content word; a word holding a digit (a code, an id,
+    a number, a date) is kept exactly as it is. Cached per word."""
+    s = _STEMS.get(word)
+    if s is None:
+        s = word if _DIGIT.search(word) else _stemmer().stemWord(word)
+        if len(_STEMS) < 500_000:
+            _STEMS[word] = s
+    return s
 
-    Words holding a digit (codes, ids, numbers, dates) are kept exactly as they are. Stems are cached
-    per word, so an index build costs one dictionary look-up per word after the first sighting.
-    """
-    out = []
-    for t in terms:
-        s = _STEMS.get(t)
-        if s is None:
-            s = t if any(c.isdigit() for c in t) else _stemmer().stemWord(t)
-            if len(_STEMS) < 500_000:
-                _STEMS[t] = s
-        out.append(s)
-    return out
+
+def stemmed(terms: Iterable[str]) -> list[str]:
+    """:func:`stem` of each word: the same terms on both sides of ``auto``'s BM25."""
+    get = _STEMS.get
+    return [get(t) or stem(t) for t in terms]
 
 
 @functools.cache

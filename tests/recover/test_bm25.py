@@ -65,3 +65,50 @@ def test_query_is_a_set_of_content_words_without_markup() -> None:
         "group",
     ]
     assert content_words("It's https://x.y/z Ana's &amp; café") == ["anas", "café"]
+
+
+def _docs_strategy():  # type: ignore[no-untyped-def]
+    from hypothesis import strategies as st
+
+    word = st.sampled_from(["seat", "seats", "refund", "refunds", "4417", "lisbon", "flight", "flights", "a1b2"])
+    return st.lists(st.lists(word, max_size=12), min_size=1, max_size=40)
+
+
+def test_bulk_loading_builds_the_same_index_as_one_by_one() -> None:
+    from hypothesis import given, settings
+
+    from flexamem.text import stem, stemmed
+
+    @settings(max_examples=150, deadline=None)
+    @given(first=_docs_strategy(), second=_docs_strategy())
+    def check(first: list[list[str]], second: list[list[str]]) -> None:
+        one, bulk = BM25Index(), BM25Index()
+        s_one, s_bulk = BM25Index(), BM25Index()
+        for d in first + second:
+            one.add(d)
+            s_one.add(stemmed(d))
+        bulk.add(first[0])  # a mix: one by one, then in bulk, then one by one again
+        bulk.add_many(first[1:])
+        s_bulk.add(stemmed(first[0]))
+        s_bulk.add_many(first[1:], transform=stem)
+        for d in second:
+            bulk.add(d)
+            s_bulk.add(stemmed(d))
+        n = len(first) + len(second)
+        for query in (["seat"], ["refund", "4417"], ["flight", "lisbon", "nothing"], []):
+            for a, b, terms in ((one, bulk, query), (s_one, s_bulk, stemmed(query))):
+                da, sa = a.search(terms)
+                db, sb = b.search(terms)
+                assert da.tolist() == db.tolist()
+                assert np.allclose(sa, sb)
+                assert np.allclose(a.score_docs(terms, list(range(n))), b.score_docs(terms, list(range(n))))
+
+    check()
+
+
+def test_add_many_reports_distinct_word_document_pairs() -> None:
+    index = BM25Index()
+    words, pair_terms, pair_docs = index.add_many([["a", "b", "a"], [], ["b"]])
+    pairs = sorted((words[t], int(d)) for t, d in zip(pair_terms, pair_docs, strict=True))
+    assert pairs == [("a", 0), ("b", 0), ("b", 2)]
+    assert len(index) == 3

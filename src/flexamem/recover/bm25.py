@@ -11,30 +11,37 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 
 class _Postings:
-    """Doc ids and term frequencies of one term, with a lazily refreshed numpy view."""
+    """Doc ids (ascending) and term frequencies of one term: numpy arrays, plus a tail of ids added
+    one by one that is folded into the arrays when they are next read."""
 
-    __slots__ = ("_arrays", "docs", "tfs")
+    __slots__ = ("_docs", "_tfs", "tail_docs", "tail_tfs")
 
     def __init__(self) -> None:
-        self.docs: list[int] = []
-        self.tfs: list[int] = []
-        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._docs = np.zeros(0, dtype=np.int64)
+        self._tfs = np.zeros(0, dtype=np.float64)
+        self.tail_docs: list[int] = []
+        self.tail_tfs: list[int] = []
 
-    def add(self, doc: int, tf: int) -> None:
-        self.docs.append(doc)
-        self.tfs.append(tf)
-        self._arrays = None
+    def df(self) -> int:
+        return len(self._docs) + len(self.tail_docs)
+
+    def extend(self, docs: np.ndarray, tfs: np.ndarray) -> None:
+        self.arrays()
+        self._docs = np.concatenate([self._docs, docs]) if len(self._docs) else docs
+        self._tfs = np.concatenate([self._tfs, tfs]) if len(self._tfs) else tfs
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._arrays is None:
-            self._arrays = (np.asarray(self.docs, dtype=np.int64), np.asarray(self.tfs, dtype=np.float64))
-        return self._arrays
+        if self.tail_docs:
+            self._docs = np.concatenate([self._docs, np.asarray(self.tail_docs, dtype=np.int64)])
+            self._tfs = np.concatenate([self._tfs, np.asarray(self.tail_tfs, dtype=np.float64)])
+            self.tail_docs, self.tail_tfs = [], []
+        return self._docs, self._tfs
 
 
 class BM25Index:
@@ -45,7 +52,6 @@ class BM25Index:
         self._postings: dict[str, _Postings] = {}
         self._lengths: list[int] = []
         self._length_array: np.ndarray | None = None
-        self._terms: list[Counter[str]] = []
         self._total = 0
 
     def __len__(self) -> int:
@@ -54,25 +60,62 @@ class BM25Index:
     def add(self, terms: Sequence[str]) -> int:
         """Index one document (its content words, repeats kept); returns its id."""
         doc = len(self._lengths)
-        counts = Counter(terms)
-        for term, tf in counts.items():
-            postings = self._postings.get(term)
+        index = self._postings
+        for term, tf in Counter(terms).items():
+            postings = index.get(term)
             if postings is None:
-                postings = self._postings[term] = _Postings()
-            postings.add(doc, tf)
-        self._terms.append(counts)
+                postings = index[term] = _Postings()
+            postings.tail_docs.append(doc)
+            postings.tail_tfs.append(tf)
         self._lengths.append(len(terms))
         self._total += len(terms)
         self._length_array = None
         return doc
 
-    def add_many(self, docs: Iterable[Sequence[str]]) -> None:
-        for terms in docs:
-            self.add(terms)
+    def add_many(
+        self, docs: Sequence[Sequence[str]], transform: Callable[[str], str] | None = None
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Index many documents at once (a history's load): the same index as ``add`` one by one, built
+        with numpy from (term, document) pairs. ``transform`` maps each distinct word first (a stemmer).
+        Returns the distinct words, and the word number and the document (counted from 0 in ``docs``)
+        of every distinct (word, document) pair, for callers counting per-document properties."""
+        vocab: dict[str, int] = {}
+        total = sum(len(d) for d in docs)
+        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for d in docs for w in d), dtype=np.int64, count=total)
+        lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+        m = max(len(docs), 1)
+        rel = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)  # each word's document
+        pairs, counts = np.unique(ids * m + rel, return_counts=True)
+        words = list(vocab)
+        pair_terms, pair_docs = pairs // m, pairs % m
+        if transform is None:
+            terms, keys, docs_of, tfs = words, pair_terms, pair_docs, counts.astype(np.float64)
+        else:  # map each distinct word, then merge the pairs that now share a term
+            mapped: dict[str, int] = {}
+            term_of = np.fromiter((mapped.setdefault(transform(w), len(mapped)) for w in words), dtype=np.int64)
+            merged, inverse = np.unique(term_of[pair_terms] * m + pair_docs, return_inverse=True)
+            terms, keys, docs_of = list(mapped), merged // m, merged % m
+            tfs = np.bincount(inverse.ravel(), weights=counts.astype(np.float64), minlength=len(merged))
+        start = len(self._lengths)
+        bounds = np.flatnonzero(np.diff(keys)) + 1
+        firsts = np.concatenate([[0], bounds]).astype(np.int64) if len(keys) else bounds
+        ends = np.append(bounds, len(keys)) if len(keys) else bounds
+        all_docs, all_tfs = docs_of + start, np.asarray(tfs, dtype=np.float64)
+        index = self._postings
+        for first, end in zip(firsts.tolist(), ends.tolist(), strict=True):
+            term = terms[int(keys[first])]
+            postings = index.get(term)
+            if postings is None:
+                postings = index[term] = _Postings()
+            postings.extend(all_docs[first:end], all_tfs[first:end])
+        self._lengths.extend(lengths.tolist())
+        self._total += int(lengths.sum())
+        self._length_array = None
+        return words, pair_terms, pair_docs
 
     def idf(self, term: str) -> float:
         postings = self._postings.get(term)
-        df = len(postings.docs) if postings else 0
+        df = postings.df() if postings else 0
         n = len(self._lengths)
         return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
@@ -107,15 +150,18 @@ class BM25Index:
 
     def score_docs(self, query: Sequence[str], docs: Sequence[int]) -> np.ndarray:
         """Scores of the given documents only (used to rank the pieces of one unit)."""
-        query = list(dict.fromkeys(query))
+        wanted = np.asarray(docs, dtype=np.int64)
+        out = np.zeros(len(wanted), dtype=np.float64)
+        if not len(wanted):
+            return out
         avgdl = self._avgdl() or 1.0
-        idfs = {t: self.idf(t) for t in query if t in self._postings}
-        out = np.zeros(len(docs), dtype=np.float64)
-        for i, doc in enumerate(docs):
-            counts, length = self._terms[doc], self._lengths[doc]
-            norm = self.k1 * (1.0 - self.b + self.b * length / avgdl)
-            for term, idf in idfs.items():
-                tf = counts.get(term, 0)
-                if tf:
-                    out[i] += idf * tf * (self.k1 + 1.0) / (tf + norm)
+        norm = self.k1 * (1.0 - self.b + self.b * self._lengths_np()[wanted] / avgdl)
+        for term in dict.fromkeys(query):
+            postings = self._postings.get(term)
+            if postings is None:
+                continue
+            p_docs, p_tfs = postings.arrays()  # ascending doc ids
+            at = np.minimum(np.searchsorted(p_docs, wanted), len(p_docs) - 1)
+            tf = np.where(p_docs[at] == wanted, p_tfs[at], 0.0)
+            out += self.idf(term) * tf * (self.k1 + 1.0) / (tf + norm)
         return out

@@ -1,0 +1,27 @@
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexamem.text import _MARKUP, _WORD, is_identifier, words
+
+
+def reference_words(text: str) -> list[str]:
+    """The original definition: apostrophes removed from each matched word."""
+    return [w.replace("’", "").replace("'", "") for w in _WORD.findall(_MARKUP.sub(" ", text).lower())]
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet=st.sampled_from(list("ab é1_'’ -<>&;.x")), max_size=60))
+def test_words_drop_apostrophes_exactly_as_the_reference(text: str) -> None:
+    assert words(text) == reference_words(text)
+
+
+def test_identifiers_are_long_words_with_a_digit() -> None:
+    assert [w for w in ["4417", "a1", "h7k2p", "flight", "abc9", "2024-05"] if is_identifier(w)] == [
+        "4417",
+        "h7k2p",
+        "abc9",
+        "2024-05",
+    ]
+    assert re.fullmatch(r"\d+", "12") and not is_identifier("123")
