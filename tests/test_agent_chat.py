@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flexamem as fm
-from flexamem.render.messages import chat_problems, chat_safe
+from flexamem.chat import chat_problems, chat_safe
 
 WORDS = st.sampled_from(
     [

@@ -34,15 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from flexamem.core import HistoryCore
+from flexamem.chat import Message, chat_safe, validate_messages
+from flexamem.core import HistoryCore, check_budget
 from flexamem.errors import BudgetError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
-from flexamem.render.messages import Message, chat_safe, message_tokens, messages_tokens, validate_messages
+from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem.render.renderer import MODES, Query, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.store.base import StepRow
-from flexamem.text import query_terms
-from flexamem.write.units import agent_unit, clean_text, pack_steps, step_text_tokens
+from flexamem.text import clean_text, query_terms
+from flexamem.write.units import agent_unit, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
@@ -126,13 +127,18 @@ class AgentSession:
             if task is None or budget is None:
                 raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
             task = clean_text(task, "task")
-            core.ceiling(budget)  # validates the budget
+            budget = check_budget(budget)
             core.store.ensure_history(hid, "agent", {"task": task, "system": system, "budget": budget})
         elif existing != "agent":
             raise InvalidInputError(f"{hid!r} is not an agent session")
         session = cls(core, sid)
         if task is not None and task != session.task:
             raise InvalidInputError(f"agent session {sid!r} was started with another task")
+        if budget is not None and check_budget(budget) != session.budget:
+            raise InvalidInputError(
+                f"agent session {sid!r} was started with budget {session.budget}: resume it without budget= "
+                "(or with the same), or start a new session for another budget"
+            )
         return session
 
     # -- steps ---------------------------------------------------------------------------------------

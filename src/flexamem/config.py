@@ -7,7 +7,11 @@ written with even if later opened with other settings. Rendering settings (``rho
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
+from typing import Any
+
+from flexamem.errors import InvalidInputError
 
 _MAY_BE_ZERO = frozenset({"agent_auto_identifiers"})
 
@@ -88,15 +92,40 @@ class Settings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool):
+            kind: type = type(f.default)
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise InvalidInputError(f"setting {f.name} must be True or False, got {value!r}")
                 continue
-            if isinstance(value, int | float) and (value < 0 if f.name in _MAY_BE_ZERO else value <= 0):
-                raise ValueError(f"setting {f.name} must be positive, got {value}")
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidInputError(f"setting {f.name} must be a whole number, got {value!r}")
+            if kind is float and (isinstance(value, bool) or not isinstance(value, int | float) or value != value):
+                raise InvalidInputError(f"setting {f.name} must be a number, got {value!r}")
+            if value < 0 if f.name in _MAY_BE_ZERO else value <= 0:
+                raise InvalidInputError(f"setting {f.name} must be positive, got {value}")
         if self.kappa < 4:
-            raise ValueError("setting kappa must be at least 4 tokens (one character can take 4)")
+            raise InvalidInputError("setting kappa must be at least 4 tokens (one character can take 4)")
         if not self.lam < 1:
-            raise ValueError("setting lam (lambda) must be below 1")
+            raise InvalidInputError("setting lam (lambda) must be below 1")
         if not self.rho <= 1:
-            raise ValueError("setting rho must be at most 1")
+            raise InvalidInputError("setting rho must be at most 1")
         if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
-            raise ValueError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
+            raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
+
+
+_generated_init = Settings.__init__
+
+
+@functools.wraps(_generated_init)
+def _checked_init(self: Settings, *args: Any, **kwargs: Any) -> None:
+    """The dataclass ``__init__``, with unknown or extra arguments refused as a FlexaMemError."""
+    known = [f.name for f in fields(Settings)]
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise InvalidInputError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if len(args) > len(known):
+        raise InvalidInputError(f"Settings takes at most {len(known)} values")
+    _generated_init(self, *args, **kwargs)
+
+
+Settings.__init__ = _checked_init  # type: ignore[method-assign]

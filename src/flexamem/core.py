@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import numbers
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,19 @@ from flexamem.write.writer import NoteWriter
 WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
 
 Relabel = Callable[[History], Sequence[UnitDraft]]
+
+
+MAX_BUDGET = 100_000_000  # tokens: far above any model's context window; larger is a mistake
+
+
+def check_budget(budget: Any) -> int:
+    """``budget`` as a plain int (numpy integers accepted), or :class:`BudgetError`: a budget is a whole
+    number of tokens from 1 to ``MAX_BUDGET``."""
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
+        raise BudgetError(f"budget must be a whole number of tokens, got {budget!r}")
+    if not 0 < int(budget) <= MAX_BUDGET:
+        raise BudgetError(f"budget must be between 1 and {MAX_BUDGET:,} tokens, got {int(budget):,}")
+    return int(budget)
 
 
 class HistoryCore:
@@ -187,9 +201,7 @@ class HistoryCore:
     @staticmethod
     def ceiling(budget: int) -> int:
         """``floor(0.95 * B)``: the hard limit on the whole context."""
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
-            raise BudgetError(f"budget must be a positive number of tokens, got {budget!r}")
-        return (budget * 95) // 100
+        return (check_budget(budget) * 95) // 100
 
     def allowance(self, budget: int, fixed_tokens: int) -> int:
         allowance = self.ceiling(budget) - fixed_tokens

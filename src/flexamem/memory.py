@@ -14,12 +14,14 @@ in-memory view rendering reads).
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flexamem.chat import message_turn
 from flexamem.config import Settings
 from flexamem.core import HistoryCore, Relabel
 from flexamem.errors import DuplicateUnitError, InvalidInputError
@@ -29,14 +31,26 @@ from flexamem.render.renderer import MODES, Query, Renderer, RenderOptions
 from flexamem.render.result import Rendering
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
-from flexamem.text import query_terms
+from flexamem.text import clean_text, query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter, RuleWriter
-from flexamem.write.units import clean_text, cut_session, free_session_id, parse_turns, relabel_drafts
+from flexamem.write.units import cut_session, free_session_id, parse_turns, relabel_drafts
 
 if TYPE_CHECKING:
     from flexamem.agent import AgentSession
+
+
+def check_file_path(path: str | Path) -> None:
+    """A SQLite path must name a file in an existing directory (``":memory:"`` and URLs pass)."""
+    text = str(path)
+    if text == ":memory:" or text.startswith(("postgresql://", "postgres://", "file:")):
+        return
+    p = Path(text).expanduser()
+    if p.is_dir():
+        raise InvalidInputError(f"{text!r} is a directory: give a file path, e.g. {str(p / 'memory.db')!r}")
+    if not p.parent.exists():
+        raise InvalidInputError(f"cannot create {text!r}: the directory {str(p.parent)!r} does not exist")
 
 
 def open_store(path: str | Path, *, read_only: bool = False) -> Store:
@@ -82,6 +96,7 @@ class Memory:
                 raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
             if "\x00" in str(path):
                 raise InvalidInputError("path holds a NUL character")
+            check_file_path(path)
         self.store: Store = store or open_store(path, read_only=read_only)
         self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
         if not isinstance(self.history_id, str) or not self.history_id:
@@ -125,7 +140,7 @@ class Memory:
         turns: Iterable[Mapping[str, Any] | Turn],
         *,
         session_id: str | None = None,
-        date: str | None = None,
+        date: str | datetime.date | None = None,
     ) -> list[str]:
         """Write one conversation session as notes; returns the new unit ids, in order.
 
@@ -136,6 +151,30 @@ class Memory:
         """
         drafts, relabel = self._drafts(turns, session_id, date)
         return [n.unit_id for n in self.core.write(drafts, relabel=relabel)]
+
+    def add_messages(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        session_id: str | None = None,
+        date: str | datetime.date | None = None,
+    ) -> list[str]:
+        """Write an OpenAI-format chat history (``{"role", "content"}``, assistant ``tool_calls``,
+        ``tool`` replies) as one session; returns the new unit ids. Each message is a turn spoken by its
+        ``name`` or role; tool calls are kept verbatim as ``[tool call <id>] name(arguments)`` lines and a
+        tool reply keeps its ``tool_call_id``. Messages with neither content nor tool calls are skipped."""
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+            raise InvalidInputError("messages must be a list of chat messages ({'role': ..., 'content': ...})")
+        turns = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping):
+                raise InvalidInputError(f"message {i} must be a dict, got {type(m).__name__}")
+            if m.get("content") in (None, "") and not m.get("tool_calls"):
+                continue
+            turns.append(message_turn(m, f"message {i}"))
+        if not turns:
+            raise InvalidInputError("messages holds no message with content or tool calls")
+        return self.add_session(turns, session_id=session_id, date=date)
 
     def add_sessions(
         self, sessions: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
@@ -173,7 +212,7 @@ class Memory:
         turns: Iterable[Mapping[str, Any] | Turn],
         *,
         session_id: str | None = None,
-        date: str | None = None,
+        date: str | datetime.date | None = None,
     ) -> list[str]:
         """The async twin of :meth:`add_session`: the same notes, with records written by
         ``await``-ed model calls (no thread held while the model thinks)."""
@@ -189,6 +228,8 @@ class Memory:
     ) -> tuple[list[UnitDraft], Relabel | None]:
         """The session's units and, for a library-named session, how to re-name them at write time."""
         parsed = parse_turns(turns)
+        if isinstance(date, datetime.date):  # a date or datetime: its ISO form
+            date = date.isoformat()
         clean_date = clean_text(date, "date").strip() if date is not None else None
         named = session_id is not None
         drafts = cut_session(
@@ -253,13 +294,16 @@ class Memory:
         return self.core.notes()
 
     def note(self, unit_id: str) -> Note:
+        """The note of a unit, by its id (``note.unit_id``) or by the label renders show (``note.label``,
+        ``u<position>``)."""
         if not isinstance(unit_id, str):
             raise InvalidInputError(f"unit_id must be a string, got {type(unit_id).__name__}")
         self.core.sync()
-        try:
-            seq = self.history.unit_ids[unit_id]
-        except KeyError:
-            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}") from None
+        seq = self.history.unit_ids.get(unit_id)
+        if seq is None and unit_id[:1] == "u" and unit_id[1:].isdigit() and 0 < int(unit_id[1:]) <= len(self.history):
+            seq = int(unit_id[1:]) - 1
+        if seq is None:
+            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
         return self.notes()[seq]
 
     # -- rendering ---------------------------------------------------------------------------------
@@ -285,7 +329,9 @@ class Memory:
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string (the question to render for), got {type(query).__name__}")
+        if not query.strip():
             raise InvalidInputError("the query is empty")
         query = clean_text(query, "query")
         prompt = clean_text(prompt, "prompt", allow_empty=True)

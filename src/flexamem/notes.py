@@ -156,6 +156,12 @@ class Note:
     piece_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
     digest: str | None = None  # sha256 chained over the notes before it (see note_digest); None: written before v0.4
 
+    @property
+    def label(self) -> str:
+        """How renders name this unit: ``u<position>`` (1-based, time order); ``unit_id`` is the
+        caller's (or the library's) id. ``Memory.note`` accepts either."""
+        return f"u{self.seq + 1}"
+
     def chained_digest(self, previous: str) -> str:
         """The digest this note must carry after a note with digest ``previous`` (write-once evidence:
         an edit of the raw text, record, fields or ids of any earlier note changes every later digest)."""

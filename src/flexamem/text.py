@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from flexamem.errors import InvalidInputError
+
 # A compact English stop list (function words, auxiliaries, pronouns, chat fillers).
 STOP_WORDS = frozenset(
     [
@@ -299,3 +301,24 @@ def cut_words(text: str, limit: int, mark: str = " (…)") -> str:
     if len(parts) <= limit:
         return " ".join(parts)
     return " ".join(parts[: max(limit - 1, 0)]) + mark
+
+
+def clean_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
+    """Decode and normalise one text field, or raise :class:`InvalidInputError` naming it."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} holds a lone surrogate at character {exc.start}") from exc
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} holds a NUL character")
+    text: str = value.replace("\r\n", "\n").replace("\r", "\n")
+    if not allow_empty and not text.strip():
+        raise InvalidInputError(f"{what} is empty or whitespace only")
+    return text

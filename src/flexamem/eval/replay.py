@@ -26,13 +26,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from flexamem.chat import Message
 from flexamem.config import Settings
 from flexamem.eval.methods import score_ranks
 from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
 from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
-from flexamem.render.messages import Message, messages_tokens
+from flexamem.render.messages import messages_tokens
 from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
 from flexamem.write.records import RuleWriter

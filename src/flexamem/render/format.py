@@ -35,15 +35,15 @@ def span_when(first: Note, last: Note) -> str:
 
 
 def record_line(note: Note) -> str:
-    return f"[u{note.seq + 1} · {when(note)}] {note.record}"
+    return f"[{note.label} · {when(note)}] {note.record}"
 
 
 def merged_line(first: Note, last: Note, text: str) -> str:
-    return f"[u{first.seq + 1}-u{last.seq + 1} · {span_when(first, last)} · merged] {text}"
+    return f"[{first.label}-{last.label} · {span_when(first, last)} · merged] {text}"
 
 
 def raw_header(note: Note) -> str:
-    return f"[u{note.seq + 1} · {when(note)} · raw]"
+    return f"[{note.label} · {when(note)} · raw]"
 
 
 def raw_block(note: Note) -> str:
@@ -69,9 +69,9 @@ def piece_lines(note: Note, chosen: Sequence[int]) -> list[str]:
 
 
 def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
-    head = f"[u{note.seq + 1} · {when(note)} · excerpt] {note.record}"
+    head = f"[{note.label} · {when(note)} · excerpt] {note.record}"
     return "\n".join([head, *piece_lines(note, chosen)])
 
 
 def pieces_group(note: Note, chosen: Sequence[int]) -> str:
-    return "\n".join([f"[u{note.seq + 1} · {when(note)}]", *piece_lines(note, chosen)])
+    return "\n".join([f"[{note.label} · {when(note)}]", *piece_lines(note, chosen)])

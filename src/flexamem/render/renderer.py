@@ -128,7 +128,7 @@ class Renderer:
         if n == 0 or allowance <= 0:
             return Rendering("", 0, max(allowance, 0), mode)
         if options.pass_through:
-            full = self._pass_through(n, allowance)
+            full = self._pass_through(n, allowance, mode)
             if full is not None:
                 return full
         base = base if base is not None else self.timeline.records(n)
@@ -141,7 +141,7 @@ class Renderer:
         return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
 
     # -- pass-through ------------------------------------------------------------------------------
-    def _pass_through(self, n: int, allowance: int) -> Rendering | None:
+    def _pass_through(self, n: int, allowance: int, mode: str) -> Rendering | None:
         notes = self.history.notes[:n]
         estimate = sum(note.raw_tokens + 12 for note in notes)
         if estimate > allowance * 1.1:
@@ -155,7 +155,7 @@ class Renderer:
         def shown() -> list[UnitView]:
             return [_view(note.seq, note.unit_id, "raw", tuple(range(len(note.pieces))), history) for note in notes]
 
-        return Rendering(text, tokens, allowance, "pass-through", shown, {"raw": tokens}, pass_through=True)
+        return Rendering(text, tokens, allowance, mode, shown, {"raw": tokens}, pass_through=True)
 
     # -- unit recovery -----------------------------------------------------------------------------
     def _units(

@@ -37,7 +37,7 @@ class Rendering:
     text: str
     tokens: int
     allowance: int
-    mode: str
+    mode: str  # the mode asked for (``pass_through`` says when the whole history fitted raw)
     views: Callable[[], list[UnitView]] | Sequence[UnitView] = field(default=(), repr=False, compare=False)
     composition: dict[str, int] = field(default_factory=dict)  # tokens by part (records, raw, ...)
     pass_through: bool = False

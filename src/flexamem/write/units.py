@@ -15,37 +15,19 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from flexamem.chat import message_turn
 from flexamem.errors import InvalidInputError
 from flexamem.notes import Block, Step, Turn, UnitDraft
+from flexamem.text import clean_text
 from flexamem.tokens import TokenCounter
 
 TURN_FIELDS = frozenset({"speaker", "text", "id", "role"})
 LABEL_COMMAND_CHARS = 60
 
 
-def clean_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
-    """Decode and normalise one text field, or raise :class:`InvalidInputError` naming it."""
-    if isinstance(value, bytes | bytearray):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidInputError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"{what} holds a lone surrogate at character {exc.start}") from exc
-    if "\x00" in value:
-        raise InvalidInputError(f"{what} holds a NUL character")
-    text: str = value.replace("\r\n", "\n").replace("\r", "\n")
-    if not allow_empty and not text.strip():
-        raise InvalidInputError(f"{what} is empty or whitespace only")
-    return text
-
-
 def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
-    """Validate caller turns: dicts with ``speaker`` and ``text`` (``id`` and ``role`` optional)."""
+    """Validate caller turns: dicts with ``speaker`` and ``text`` (``id`` and ``role`` optional), or
+    OpenAI chat messages (``role``, ``content``, ``tool_calls``...; see :func:`flexamem.chat.message_turn`)."""
     if isinstance(turns, str | bytes | Mapping) or not isinstance(turns, Iterable):
         raise InvalidInputError("turns must be a list of turns ({'speaker': ..., 'text': ...} dicts)")
     out: list[Turn] = []
@@ -53,6 +35,8 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
         where = f"turn {i}"
         if isinstance(turn, Turn):
             turn = {"speaker": turn.speaker, "text": turn.text, "id": turn.id, "role": turn.role}
+        if isinstance(turn, Mapping) and "text" not in turn and ("content" in turn or "tool_calls" in turn):
+            turn = message_turn(turn, where)  # an OpenAI chat message
         if not isinstance(turn, Mapping):
             raise InvalidInputError(f"{where} must be a mapping with 'speaker' and 'text'")
         unknown = [repr(k) for k in turn if k not in TURN_FIELDS]

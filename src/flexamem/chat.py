@@ -1,0 +1,167 @@
+"""OpenAI chat messages: validating them, keeping tool calls paired with their replies, and reading them
+as conversation turns.
+
+The chat API refuses a ``tool`` message that does not follow the assistant message holding its
+``tool_call_id``, and an assistant call left without its reply; :func:`chat_safe` turns what would break
+those rules into plain text (every word kept), so every context FlexA-Mem returns is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flexamem.errors import InvalidInputError
+from flexamem.text import clean_text
+
+Message = dict[str, Any]
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def validate_messages(messages: Any) -> list[Message]:
+    """Chat messages as given (copied), or :class:`InvalidInputError` naming what is wrong: a list of
+    mappings with a known ``role``, string (or content-part list, or absent) ``content``, JSON-storable."""
+
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages must be a list of chat messages (dicts with 'role' and 'content')")
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise InvalidInputError(f"message {i} must be a dict, got {type(m).__name__}")
+        if m.get("role") not in ROLES:
+            raise InvalidInputError(f"message {i} has no known role (one of {', '.join(sorted(ROLES))})")
+        content = m.get("content")
+        if isinstance(content, str):
+            clean_text(content, f"message {i} content", allow_empty=True)
+        elif content is not None and not isinstance(content, list):
+            raise InvalidInputError(f"message {i} content must be a string, a list of parts or null")
+        try:
+            text = json.dumps(dict(m), ensure_ascii=False)
+            text.encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"message {i} cannot be stored as JSON: {exc}") from exc
+        out.append(json.loads(text))
+    if not out:
+        raise InvalidInputError("messages is empty: give at least one message, or none to use the defaults")
+    return out
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    return [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
+
+
+def chat_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the OpenAI chat API would refuse about this message list's tool-call structure: a ``tool``
+    message must follow (with only tool messages between) the assistant message holding its
+    ``tool_call_id``, and every call of an assistant message must be answered by the tool messages
+    right after it. ``[]`` when valid."""
+    problems: list[str] = []
+    open_ids: list[str] = []  # calls of the last assistant message not answered yet
+    answering = False  # inside the run of tool messages after an assistant message with calls
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            tid = str(m.get("tool_call_id"))
+            if not answering or tid not in open_ids:
+                problems.append(f"message {i}: tool reply {tid!r} does not follow the assistant call it answers")
+            else:
+                open_ids.remove(tid)
+            continue
+        if open_ids:
+            problems.append(f"message {i - 1}: tool call(s) {open_ids} left without a reply")
+        open_ids = _call_ids(m) if role == "assistant" else []
+        answering = bool(open_ids)
+    if open_ids:
+        problems.append(f"message {len(messages) - 1}: tool call(s) {open_ids} left without a reply")
+    return problems
+
+
+def _as_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return content or ""
+    return "\n".join(str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content)
+
+
+def call_line(call: Mapping[str, Any]) -> str:
+    """One tool call as a line of text (its id, name and arguments verbatim)."""
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        fn = {}
+    return f"[tool call {call.get('id')}] {fn.get('name')}({fn.get('arguments', '')})"
+
+
+def chat_safe(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` made valid for the OpenAI chat API (see :func:`chat_problems`), keeping every word:
+    a tool reply whose call is not just before it becomes a user message ``[tool result <id>] ...``;
+    a call with no reply right after it moves into its assistant message's text as ``[tool call <id>]
+    name(arguments)``. Valid lists come back unchanged (the same objects)."""
+    if not chat_problems(messages):
+        return list(messages)
+    out: list[Message] = []
+    open_ids: set[str] = set()  # calls of the assistant message before this run of tool replies
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool":
+            tid = str(m.get("tool_call_id"))
+            if tid in open_ids:
+                open_ids.discard(tid)
+                out.append(m)
+            else:  # as text; the run of replies ends here
+                out.append({"role": "user", "content": f"[tool result {m.get('tool_call_id')}]\n{_as_text(m)}"})
+                open_ids = set()
+            continue
+        open_ids = set()
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [c for c in m["tool_calls"] if isinstance(c, Mapping)]
+            ids, answered = {str(c.get("id")) for c in calls}, set()
+            for later in messages[i + 1 :]:  # the replies right after it, up to the first that is not one
+                tid = str(later.get("tool_call_id"))
+                if later.get("role") != "tool" or tid not in ids or tid in answered:
+                    break
+                answered.add(tid)
+            kept = [c for c in calls if str(c.get("id")) in answered]
+            moved = [c for c in calls if str(c.get("id")) not in answered]
+            if moved:
+                text = _as_text(m)
+                m = {k: v for k, v in m.items() if k != "tool_calls"}
+                m["content"] = "\n".join(([text] if text else []) + [call_line(c) for c in moved])
+                if kept:
+                    m["tool_calls"] = kept
+            open_ids = {str(c.get("id")) for c in kept}
+        out.append(m)
+    return out
+
+
+def message_turn(message: Mapping[str, Any], where: str = "message") -> dict[str, str]:
+    """One chat message as a conversation turn: the speaker is its ``name`` or role, the text its content
+    (text parts joined; other parts as ``[<type>]``) followed by one ``[tool call <id>] name(arguments)``
+    line per tool call; a tool reply keeps its ``tool_call_id`` as the turn id. Strings are kept verbatim."""
+    role = message.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise InvalidInputError(f"{where} has no known role (one of {', '.join(sorted(ROLES))})")
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [
+            str(p.get("text", ""))
+            if isinstance(p, Mapping) and p.get("type", "text") == "text"
+            else f"[{p.get('type', 'part')}]"
+            if isinstance(p, Mapping)
+            else str(p)
+            for p in content
+        ]
+        content = "\n".join(parts)
+    elif content is not None and not isinstance(content, str | bytes):
+        raise InvalidInputError(f"{where} content must be a string, a list of parts or null")
+    text = clean_text(content, f"{where} content", allow_empty=True) if content is not None else ""
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list) or not all(isinstance(c, Mapping) for c in calls):
+        raise InvalidInputError(f"{where} tool_calls must be a list of tool calls")
+    lines = ([text] if text.strip() else []) + [call_line(c) for c in calls]
+    if not lines:
+        raise InvalidInputError(f"{where} has no content and no tool calls")
+    turn = {"speaker": str(message.get("name") or role), "text": "\n".join(lines), "role": role}
+    if role == "tool" and message.get("tool_call_id") is not None:
+        turn["id"] = str(message["tool_call_id"])
+    return turn
