@@ -84,7 +84,7 @@ def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monk
         server.faults.extend(["401"])  # the first unit's call is refused: rule-written and flagged
         assert main(["ingest", "--data", str(data), "--db", str(db), "--writer", "llm"]) == 0
     out = capsys.readouterr()
-    assert "conv-x: 3 notes" in out.out and "3/3 units" in out.err
+    assert "conv-x: 3 notes" in out.out and "] 6/6" in out.err  # records written, then units stored
     assert "sk-do-not-print" not in out.out + out.err and "api_key=<set>" in out.err
     assert main(["flagged", "--db", str(db)]) == 0
     flagged = capsys.readouterr().out.strip().splitlines()
@@ -95,3 +95,9 @@ def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monk
     monkeypatch.delenv("FLEXAMEM_LLM_MODEL")
     assert main(["ingest", "--data", str(data), "--db", str(tmp_path / "r.db"), "--writer", "llm"]) == 2
     assert "needs both" in capsys.readouterr().err
+
+
+def test_ingest_of_an_unknown_sample_is_an_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = _locomo(tmp_path / "locomo.json")
+    assert main(["ingest", "--data", str(data), "--db", str(tmp_path / "m.db"), "--sample", "nope"]) == 2
+    assert "no conversation nope" in capsys.readouterr().err

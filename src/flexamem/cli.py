@@ -1,4 +1,4 @@
-"""Command line: ``flexamem demo|ingest|notes|eval|replay|flagged|usage``.
+"""Command line: ``flexamem init|add|render|histories|notes|show|drop|demo|ingest|eval|replay|flagged|usage``.
 
 Plain argparse (no extra dependency); every command works offline on the embedded default.
 """
@@ -12,23 +12,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flexamem.cli_llm import (
-    add_commands,
-    add_writer_arguments,
-    progress_printer,
-    reader_from_args,
-    writer_from_args,
-)
+from flexamem.cli_llm import add_commands, add_writer_arguments, reader_from_args, writer_from_args
+from flexamem.cli_store import add_store_commands, progress_bar
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.replay import AGENT_AUTO_ABLATIONS
 from flexamem.memory import Memory
 from flexamem.notes import Note
-from flexamem.render.renderer import AUTO_ABLATIONS, MODES
+from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem.render.result import Rendering
 from flexamem.tokens import counter
 
 
-def _print_note(note: Note, out: list[str]) -> None:
+def print_note(note: Note, out: list[str]) -> None:
     head = f"[{note.unit_id} · {note.date or note.kind}] tokens raw={note.raw_tokens} record={note.record_tokens}"
     out.append(head)
     out.append(f"  record:   {note.record}")
@@ -64,7 +59,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 mem.add_session(turns, session_id=sid, date=date)
         lines = [f"FlexA-Mem demo: {len(mem)} notes written to {db} ({time.perf_counter() - start:.2f} s)", ""]
         for note in mem.notes():
-            _print_note(note, lines)
+            print_note(note, lines)
         r = mem.render(DEMO_QUESTION, DEMO_BUDGET)
         lines += [
             "",
@@ -119,23 +114,15 @@ def _explain(mem: Memory, r: Rendering) -> list[str]:
     return out
 
 
-def cmd_render(args: argparse.Namespace) -> int:
-    if not Path(args.db).is_file():
-        raise InvalidInputError(f"no database at {args.db}")  # never create an empty one by a typo
-    with Memory(args.db, history=args.history) as mem:
-        if len(mem) == 0:
-            raise InvalidInputError(f"history {args.history!r} of {args.db} has no notes")
-        r = mem.render(args.query, args.budget, mode=args.mode)
-    print(r.text)
-    print(f"-- {r.tokens} tokens, mode {r.mode}, allowance {r.allowance}", file=sys.stderr)
-    return 0
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     from flexamem.config import Settings
     from flexamem.eval.conversation_data import load_locomo
 
     conversations = load_locomo(args.data)
+    missing = sorted(set(args.sample or ()) - {c.sample_id for c in conversations})
+    if missing:
+        known = ", ".join(c.sample_id for c in conversations[:8])
+        raise InvalidInputError(f"no conversation {', '.join(missing)} in {args.data} (there: {known}...)")
     settings = Settings(one_unit_per_session=True)
     writer = writer_from_args(args)
     for conv in conversations:
@@ -149,20 +136,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 for s in conv.sessions
                 if s.session_id not in done
             ]
-            mem.add_sessions(todo, progress=progress_printer(conv.sample_id) if not args.quiet else None)
+            mem.add_sessions(todo, progress=progress_bar(conv.sample_id) if not args.quiet and todo else None)
             print(
                 f"{conv.sample_id}: {len(mem)} notes, {mem.history.pieces_count} pieces "
                 f"({time.perf_counter() - start:.2f} s)"
             )
-    return 0
-
-
-def cmd_notes(args: argparse.Namespace) -> int:
-    with Memory(args.db, history=args.history, read_only=True) as mem:
-        lines: list[str] = []
-        for note in mem.notes():
-            _print_note(note, lines)
-    print("\n".join(lines) if lines else f"no notes in history {args.history!r}")
     return 0
 
 
@@ -317,27 +295,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--budget-part", choices=["context", "history"], default="context")
-    p.add_argument("--method", default="unit-recovery")
+    p.add_argument(
+        "--method",
+        default="auto",
+        choices=sorted(set(AGENT_METHODS.split(",")) | set(AGENT_AUTO_ABLATIONS)),
+        help="the memory whose context is printed (default: auto)",
+    )
     p.set_defaults(func=cmd_replay)
-    p = sub.add_parser("render", help="print the memory rendered for a query within a budget")
-    p.add_argument("query")
-    p.add_argument("--db", required=True)
-    p.add_argument("--history", default="default")
-    p.add_argument("--budget", type=int, default=4096, help="tokens (the memory gets 0.95 x budget - the query)")
-    p.add_argument("--mode", default="auto", choices=list(MODES), help="auto (default), pieces or units")
-    p.set_defaults(func=cmd_render)
-    p = sub.add_parser("notes", help="print the notes of a history")
-    p.add_argument("--db", required=True)
-    p.add_argument("--history", default="default")
-    p.set_defaults(func=cmd_notes)
+    add_store_commands(sub)
     add_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Exit codes: 0 done, 1 the store, a model or a server failed, 2 bad input."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except FlexaMemError as exc:
+    except InvalidInputError as exc:  # budgets included
         print(f"flexamem: error: {exc}", file=sys.stderr)
         return 2
+    except FlexaMemError as exc:
+        print(f"flexamem: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("flexamem: interrupted (what was stored stays stored)", file=sys.stderr)
+        return 130

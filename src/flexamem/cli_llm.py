@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from flexamem.errors import InvalidInputError
 from flexamem.llm.config import load_config
 from flexamem.store.sqlite import SQLiteStore
-from flexamem.write.records import Progress, RecordWriter, RuleWriter
+from flexamem.write.records import RecordWriter, RuleWriter
 
 if TYPE_CHECKING:
     from flexamem.eval.reader import LLMReader
@@ -57,14 +57,6 @@ def reader_from_args(args: argparse.Namespace) -> LLMReader | None:
 
     print(f"flexamem: reader and judge: {config!r}", file=sys.stderr)
     return LLMReader(config.client())
-
-
-def progress_printer(label: str) -> Progress:
-    def show(done: int, total: int) -> None:
-        end = "\n" if done == total else ""
-        print(f"\r{label}: {done}/{total} units", end=end, file=sys.stderr, flush=True)
-
-    return show
 
 
 def cmd_flagged(args: argparse.Namespace) -> int:

@@ -182,8 +182,10 @@ class Memory:
         """Write many sessions (``{"turns": [...], "session_id"?, "date"?}``) at once.
 
         Every session is validated before anything is written; then the records of all their units
-        are written as one batch (in parallel by an LLM writer, with ``progress(done, total)``), and
-        each session is stored in its own transaction, in order. Returns each session's unit ids.
+        are written as one batch (in parallel by an LLM writer), and each session is stored in its own
+        transaction, in order. ``progress(done, total)`` follows both stages: ``total`` is twice the
+        units (each counts once when its record is written, once when it is stored). Returns each
+        session's unit ids.
         """
         if isinstance(sessions, str | bytes | Mapping):
             raise InvalidInputError("sessions must be a list of sessions")
@@ -199,12 +201,17 @@ class Memory:
                         raise DuplicateUnitError(f"session {i}: unit {d.unit_id!r} is already written")
                     seen.add(d.unit_id)
             batches.append((drafts, relabel))
-        records = self.writer.write_records([d for b, _ in batches for d in b], progress)
+        total = sum(len(b) for b, _ in batches)
+        records = self.writer.write_records(
+            [d for b, _ in batches for d in b], (lambda done, _: progress(done, 2 * total)) if progress else None
+        )
         out, start = [], 0
         for drafts, relabel in batches:
             notes = self.core.write(drafts, records[start : start + len(drafts)], relabel=relabel)
             out.append([n.unit_id for n in notes])
             start += len(drafts)
+            if progress:
+                progress(total + start, 2 * total)
         return out
 
     async def aadd_session(

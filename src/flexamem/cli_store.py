@@ -1,0 +1,284 @@
+"""The CLI's store verbs: ``init``, ``add``, ``render``, ``histories``, ``notes``, ``show``, ``drop``.
+
+Each takes ``--db`` (a SQLite file or a ``postgresql://`` URL; default ``$FLEXAMEM_DB``) and, where it
+reads or writes one history, ``--history``. ``--json`` prints machine-readable output on stdout.
+Exit codes: 0 done, 1 the store or a model failed, 2 bad input (a message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from flexamem.errors import InvalidInputError
+from flexamem.memory import Memory
+from flexamem.notes import Note
+from flexamem.render.renderer import MODES
+
+
+def progress_bar(label: str, stream: TextIO | None = None) -> Callable[[int, int], None]:
+    """A progress bar on ``stream`` (stderr): redrawn in place on a terminal, a line per tenth otherwise."""
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        out = stream or sys.stderr
+        width = 30
+        filled = width * done // max(total, 1)
+        line = f"{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+        if out.isatty():
+            print("\r" + line, end="\n" if done >= total else "", file=out, flush=True)
+        elif done >= total or 10 * done // max(total, 1) > last[0]:
+            last[0] = 10 * done // max(total, 1)
+            print(line, file=out, flush=True)
+
+    return show
+
+
+def _db(args: argparse.Namespace, *, must_exist: bool = True) -> str:
+    db = args.db or os.environ.get("FLEXAMEM_DB")
+    if not db:
+        raise InvalidInputError("no database: give --db PATH (or set FLEXAMEM_DB)")
+    if must_exist and "://" not in db and not Path(db).is_file():
+        raise InvalidInputError(f"no database at {db} (create one with: flexamem init --db {db})")
+    return str(db)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else text)
+
+
+def note_dict(note: Note, full: bool = False) -> dict[str, Any]:
+    """A note as JSON: what ``notes`` lists, and with ``full`` the raw text and pieces too."""
+    out: dict[str, Any] = {
+        "unit_id": note.unit_id,
+        "label": note.label,
+        "kind": note.kind,
+        "session_id": note.session_id,
+        "date": note.date,
+        "record": note.record,
+        "keywords": list(note.fields.keywords),
+        "raw_tokens": note.raw_tokens,
+        "record_tokens": note.record_tokens,
+        "pieces": len(note.pieces),
+        "links": [f"u{s + 1}" for s in note.links],
+        "writer": note.writer,
+    }
+    if full:
+        out["raw"] = note.raw
+        out["fields"] = note.fields.as_text()
+        out["pieces"] = [
+            {"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in note.pieces
+        ]
+        out["digest"] = note.digest
+    return out
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    db = _db(args, must_exist=False)
+    existed = "://" in db or Path(db).is_file()
+    with Memory(db) as mem:
+        count = len(mem.store.histories())
+    message = f"{db}: {'opened' if existed else 'created'}, {count} histories"
+    _emit(args, {"db": db, "created": not existed, "histories": count}, message)
+    return 0
+
+
+def _read_items(source: str) -> list[Any]:
+    """JSON (a list, or one object) or JSONL from a file or ``-`` (stdin)."""
+    if source == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read {source}: {exc.strerror}") from None
+    text = text.strip()
+    if not text:
+        raise InvalidInputError(f"{source}: no input")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise InvalidInputError(f"{source} line {n}: not JSON ({exc.msg})") from None
+        return items
+    return data if isinstance(data, list) else [data]
+
+
+def _kind_of(items: list[Any]) -> str:
+    first = items[0] if items else None
+    if isinstance(first, dict):
+        if "turns" in first:
+            return "sessions"
+        if "action" in first:
+            return "steps"
+        if "role" in first:
+            return "messages"
+        if "speaker" in first:
+            return "turns"
+    raise InvalidInputError(
+        "cannot tell what the input holds: sessions ({'turns': [...]}), turns ({'speaker', 'text'}), "
+        "OpenAI messages ({'role', 'content'}) or agent steps ({'action', 'observation'}); say it with --kind"
+    )
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    db = _db(args, must_exist=False)
+    items = _read_items(args.input)
+    kind = args.kind or _kind_of(items)
+    with Memory(db, history=args.history) as mem:
+        if kind == "steps":
+            if not args.agent:
+                raise InvalidInputError("agent steps need --agent SESSION_ID (and --task/--budget to start it)")
+            agent = mem.agent(args.task, budget=args.budget, session_id=args.agent, system=args.system or "")
+            bar = None if args.quiet else progress_bar(f"steps of {args.agent}")
+            numbers = []
+            for i, step in enumerate(items):
+                if not isinstance(step, dict):
+                    raise InvalidInputError(f"step {i} must be an object with 'action'")
+                unknown = set(step) - {"action", "observation", "messages", "step_id", "actor"}
+                if unknown:
+                    raise InvalidInputError(f"step {i} has unknown field(s) {sorted(unknown)}")
+                numbers.append(agent.step(**step))
+                if bar:
+                    bar(i + 1, len(items))
+            _emit(args, {"agent": args.agent, "steps": numbers}, f"{len(numbers)} steps recorded in {args.agent}")
+            return 0
+        if kind == "sessions":
+            bar = None if args.quiet or len(items) < 2 else progress_bar("sessions")
+            units = [u for ids in mem.add_sessions(items, progress=bar) for u in ids]
+        elif kind == "messages":
+            units = mem.add_messages(items, session_id=args.session_id, date=args.date)
+        elif kind == "turns":
+            units = mem.add_session(items, session_id=args.session_id, date=args.date)
+        else:
+            raise InvalidInputError(f"unknown --kind {kind!r}")
+        _emit(args, {"history": args.history, "units": units}, f"{len(units)} unit(s) written: {', '.join(units)}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    with Memory(_db(args), history=args.history, read_only=args.read_only) as mem:
+        if len(mem) == 0:
+            raise InvalidInputError(f"history {args.history!r} of {args.db} has no notes")
+        r = mem.render(args.query, args.budget, mode=args.mode)
+        if args.json:
+            data = {
+                "text": r.text,
+                "tokens": r.tokens,
+                "allowance": r.allowance,
+                "mode": r.mode,
+                "pass_through": r.pass_through,
+                "composition": r.composition,
+                "shown": [
+                    {"unit_id": v.unit_id, "label": f"u{v.seq + 1}", "resolution": v.resolution} for v in r.shown
+                ],
+            }
+            print(json.dumps(data, ensure_ascii=False, indent=2))
+        else:
+            print(r.text)
+            print(f"-- {r.tokens} tokens, mode {r.mode}, allowance {r.allowance}", file=sys.stderr)
+    return 0
+
+
+def _histories(mem: Memory) -> Iterator[dict[str, Any]]:
+    for hid, kind in mem.store.histories():
+        yield {"history": hid, "kind": kind, "notes": mem.store.note_count(hid)}
+
+
+def cmd_histories(args: argparse.Namespace) -> int:
+    with Memory(_db(args), read_only=True) as mem:
+        rows = list(_histories(mem))
+    text = "\n".join(f"{r['history']}\t{r['kind']}\t{r['notes']} notes" for r in rows) or "no histories"
+    _emit(args, rows, text)
+    return 0
+
+
+def cmd_notes(args: argparse.Namespace) -> int:
+    from flexamem.cli import print_note
+
+    with Memory(_db(args), history=args.history, read_only=True) as mem:
+        notes = mem.notes()
+    lines: list[str] = []
+    for note in notes:
+        print_note(note, lines)
+    _emit(args, [note_dict(n) for n in notes], "\n".join(lines) or f"no notes in history {args.history!r}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with Memory(_db(args), history=args.history, read_only=True) as mem:
+        note = mem.note(args.unit)
+    data = note_dict(note, full=True)
+    text = "\n".join(
+        [f"{note.label} ({note.unit_id}) · {note.date or note.kind}", f"record: {note.record}", "", note.raw]
+    )
+    _emit(args, data, text)
+    return 0
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise InvalidInputError(f"drop deletes history {args.history!r} and its agent sessions for good: add --yes")
+    with Memory(_db(args), history=args.history) as mem:
+        dropped = mem.drop()
+    if not dropped:
+        raise InvalidInputError(f"no history {args.history!r} in {args.db}")
+    _emit(args, {"history": args.history, "dropped": True}, f"history {args.history!r} dropped")
+    return 0
+
+
+def add_store_commands(sub: Any) -> None:
+    """Register the store verbs on the CLI's subparsers."""
+
+    def common(p: argparse.ArgumentParser, history: bool = True) -> None:
+        p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+        if history:
+            p.add_argument("--history", default="default", help="which history of the store (default: default)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("init", help="create a store (SQLite file) or check one opens")
+    common(p, history=False)
+    p.set_defaults(func=cmd_init)
+    p = sub.add_parser("add", help="write sessions, turns, OpenAI messages or agent steps from JSON/JSONL")
+    p.add_argument("input", help="a .json or .jsonl file, or - for stdin")
+    common(p)
+    p.add_argument("--kind", choices=["sessions", "turns", "messages", "steps"], help="default: guessed from the input")
+    p.add_argument("--session-id", help="turns/messages: the session's id (default: the next free s<n>)")
+    p.add_argument("--date", help="turns/messages: the session's date")
+    p.add_argument("--agent", help="steps: the agent session id")
+    p.add_argument("--task", help="steps: the task (to start a new agent session)")
+    p.add_argument("--budget", type=int, help="steps: the context budget in tokens (to start a new session)")
+    p.add_argument("--system", help="steps: the system prompt (to start a new session)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_add)
+    p = sub.add_parser("render", help="print the memory rendered for a query within a budget")
+    p.add_argument("query")
+    common(p)
+    p.add_argument("--budget", type=int, default=4096, help="tokens (the memory gets 0.95 x budget - the query)")
+    p.add_argument("--mode", default="auto", choices=list(MODES), help="auto (default), pieces or units")
+    p.add_argument("--read-only", action="store_true", help="open the store read-only (merges kept in memory)")
+    p.set_defaults(func=cmd_render)
+    p = sub.add_parser("histories", help="list the histories of a store (agent sessions included)")
+    common(p, history=False)
+    p.set_defaults(func=cmd_histories)
+    p = sub.add_parser("notes", help="list the notes of a history")
+    common(p)
+    p.set_defaults(func=cmd_notes)
+    p = sub.add_parser("show", help="print one note in full (raw text, record, pieces)")
+    p.add_argument("unit", help="a unit id (note.unit_id) or label (u<position>)")
+    common(p)
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("drop", help="delete a whole history and its agent sessions (the only deletion)")
+    common(p)
+    p.add_argument("--yes", action="store_true", help="confirm the deletion")
+    p.set_defaults(func=cmd_drop)

@@ -1,0 +1,99 @@
+"""The CLI's verbs, run as a user runs them (``python -m flexamem ...`` in a subprocess)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SESSIONS = [
+    {"session_id": "trip", "date": "2024-05-08", "turns": [{"speaker": "Ana", "text": "My seat is 12C on TP1351."}]},
+    {"session_id": "hotel", "turns": [{"speaker": "Ana", "text": "Refund to Visa ending 4417, ref CR-88412."}]},
+]
+MESSAGES = [
+    {"role": "user", "content": "Track order #W4417"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "track", "arguments": '{"id": "#W4417"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "in transit, 1Z999AA10123456784"},
+]
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flexamem", *args], input=stdin, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_a_store_from_init_to_drop(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    done = run("init", "--db", db, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["created"] is True
+    jsonl = "\n".join(json.dumps(s) for s in SESSIONS)
+    done = run("add", "-", "--db", db, "--history", "ana", "--json", stdin=jsonl)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["units"] == ["trip", "hotel"]
+    (tmp_path / "chat.json").write_text(json.dumps(MESSAGES))
+    done = run("add", str(tmp_path / "chat.json"), "--db", db, "--history", "ana", "--session-id", "shop")
+    assert done.returncode == 0 and "1 unit(s) written: shop" in done.stdout
+    steps = [{"action": "search flights", "observation": "TP1351 at 09:40"}, {"action": "book", "observation": "ok"}]
+    done = run(
+        "add",
+        "-",
+        "--db",
+        db,
+        "--history",
+        "ana",
+        "--agent",
+        "a1",
+        "--task",
+        "book",
+        "--budget",
+        "4000",
+        stdin=json.dumps(steps),
+    )
+    assert done.returncode == 0 and "2 steps recorded" in done.stdout, done.stderr
+
+    histories = json.loads(run("histories", "--db", db, "--json").stdout)
+    assert {(h["history"], h["kind"]) for h in histories} >= {("ana", "conversation"), ("ana/agent:a1", "agent")}
+    notes = json.loads(run("notes", "--db", db, "--history", "ana", "--json").stdout)
+    assert [n["unit_id"] for n in notes] == ["trip", "hotel", "shop"] and notes[0]["label"] == "u1"
+    shown = json.loads(run("show", "u3", "--db", db, "--history", "ana", "--json").stdout)
+    assert "[tool call c1] track" in shown["raw"] and shown["pieces"][0]["text"]
+    rendered = json.loads(run("render", "which card gets the refund?", "--db", db, "--history", "ana", "--json").stdout)
+    assert "4417" in rendered["text"] and rendered["tokens"] <= rendered["allowance"]
+
+    refused = run("drop", "--db", db, "--history", "ana")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert run("drop", "--db", db, "--history", "ana", "--yes").returncode == 0
+    left = json.loads(run("histories", "--db", db, "--json").stdout)
+    assert not [h for h in left if h["history"].startswith("ana")]
+    assert run("drop", "--db", db, "--history", "ana", "--yes").returncode == 2  # nothing left to drop
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    assert run("init", "--db", db).returncode == 0
+    cases = [
+        (run("add", "-", "--db", db, stdin="{not json\n"), "not JSON"),
+        (run("add", "-", "--db", db, stdin='[{"x": 1}]'), "cannot tell"),
+        (run("add", "-", "--db", db, stdin='[{"action": "a"}]'), "--agent"),
+        (run("render", "q", "--db", str(tmp_path / "typo.db")), "no database"),
+        (run("show", "u9", "--db", db), "no unit"),
+        (run("render", "q", "--db", db, "--budget", "0"), "has no notes"),
+        (run("replay", "x.json", "--step", "1", "--budget", "100", "--method", "bogus"), "invalid choice"),
+    ]
+    for done, message in cases:
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert message in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_every_verb_has_help() -> None:
+    for verb in ("init", "add", "render", "histories", "notes", "show", "drop", "demo", "ingest", "eval", "replay"):
+        done = run(verb, "--help")
+        assert done.returncode == 0 and "usage: flexamem" in done.stdout, verb
