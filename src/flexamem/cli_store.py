@@ -237,6 +237,31 @@ def cmd_drop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from flexamem.server import KeyFile, ServerConfig, serve
+    except ImportError:
+        raise InvalidInputError("the server needs: pip install 'flexamem[server]'") from None
+    keys = KeyFile(args.keys)
+    if args.add_key:
+        key = keys.add_key(args.add_key)
+        print(f"new key for tenant {args.add_key!r} (shown once; only its hash is kept in {args.keys}):")
+        print(key)
+        return 0
+    if not keys.tenants():
+        raise InvalidInputError(
+            f"no API keys in {args.keys}: create one with flexamem serve --keys {args.keys} --add-key TENANT"
+        )
+    db = _db(args, must_exist=False)
+    Memory(db).close()  # create or migrate the store once, before the workers start
+    print(
+        f"FlexA-Mem serving {db} on http://{args.host}:{args.port} ({args.workers} worker(s)); docs at /docs",
+        file=sys.stderr,
+    )
+    serve(ServerConfig(db, args.keys, args.max_body), args.host, args.port, args.workers)
+    return 0
+
+
 def add_store_commands(sub: Any) -> None:
     """Register the store verbs on the CLI's subparsers."""
 
@@ -282,3 +307,12 @@ def add_store_commands(sub: Any) -> None:
     common(p)
     p.add_argument("--yes", action="store_true", help="confirm the deletion")
     p.set_defaults(func=cmd_drop)
+    p = sub.add_parser("serve", help="run the HTTP server (FastAPI; API keys per tenant)")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+    p.add_argument("--keys", default=os.environ.get("FLEXAMEM_KEYS", "flexamem-keys.json"), help="key file")
+    p.add_argument("--add-key", metavar="TENANT", help="create an API key for TENANT, print it, and exit")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="worker processes (they share the store)")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.set_defaults(func=cmd_serve)

@@ -1,0 +1,467 @@
+"""The HTTP server: FastAPI over one store, memories scoped by tenant and history.
+
+Every ``/v1`` route needs an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the key names
+the tenant, and a tenant's histories are stored as ``<tenant>/<history>``, so no route can reach
+another tenant's. Errors are JSON ``{"error": {"type", "message"}}`` with a 4xx status (no stack
+trace); bodies over ``max_body_bytes`` get 413. One JSON log line per request (no keys, no bodies).
+Several worker processes may serve one store (SQLite WAL or PostgreSQL; see docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from flexamem.core import MAX_BUDGET
+from flexamem.errors import (
+    BudgetError,
+    ConcurrentWriteError,
+    FlexaMemError,
+    InvalidInputError,
+    ModelUnavailableError,
+    StoreClosedError,
+)
+from flexamem.memory import Memory, open_store
+from flexamem.notes import Note
+from flexamem.server.keys import KeyFile
+
+log = logging.getLogger("flexamem.server")
+HISTORY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+HistoryName = Annotated[str, Path(pattern=HISTORY, description="the history's name (letters, digits, '.', '_', '-')")]
+SessionName = Annotated[str, Path(pattern=SESSION, description="the agent session's id")]
+TOO_LARGE = "request bodies are limited to {} bytes"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What one server process serves."""
+
+    db: str
+    """SQLite file or ``postgresql://`` URL: the store every route reads and writes."""
+    keys: str
+    """The JSON file of tenants' key hashes (``flexamem serve --add-key TENANT`` writes it)."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Larger request bodies get 413."""
+
+
+class NotFound(FlexaMemError):
+    """A history, unit or session the tenant does not have (HTTP 404)."""
+
+
+class Unauthorized(FlexaMemError):
+    """No key, or a key no tenant holds (HTTP 401)."""
+
+
+STATUS = {
+    NotFound: 404,
+    Unauthorized: 401,
+    BudgetError: 400,
+    InvalidInputError: 400,
+    ConcurrentWriteError: 409,
+    ModelUnavailableError: 503,
+    StoreClosedError: 503,
+}
+
+
+def _status(exc: FlexaMemError) -> int:
+    for kind, status in STATUS.items():
+        if isinstance(exc, kind):
+            return status
+    return 400
+
+
+# -- request and response bodies ---------------------------------------------------------------------
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Turn(Strict):
+    speaker: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1)
+    id: str | None = Field(default=None, max_length=200)
+    role: str | None = Field(default=None, max_length=40)
+
+
+class SessionIn(Strict):
+    turns: list[Turn] = Field(min_length=1)
+    session_id: str | None = Field(default=None, max_length=200)
+    date: str | None = Field(default=None, max_length=100)
+
+
+class MessagesIn(Strict):
+    messages: list[dict[str, Any]] = Field(min_length=1, description="OpenAI chat messages")
+    session_id: str | None = Field(default=None, max_length=200)
+    date: str | None = Field(default=None, max_length=100)
+
+
+class Units(BaseModel):
+    history: str
+    units: list[str]
+
+
+Mode = Literal["auto", "pieces", "units"]
+
+
+class RenderIn(Strict):
+    query: str = Field(min_length=1)
+    budget: int = Field(ge=1, le=MAX_BUDGET, description="tokens of the whole context (memory gets 0.95 x budget)")
+    mode: Mode = "auto"
+    prompt: str = ""
+
+
+class Shown(BaseModel):
+    unit_id: str
+    label: str
+    resolution: str
+    pieces: list[int]
+
+
+class RenderOut(BaseModel):
+    text: str
+    tokens: int
+    allowance: int
+    mode: str
+    pass_through: bool
+    composition: dict[str, int]
+    shown: list[Shown]
+
+
+class HistoryOut(BaseModel):
+    history: str
+    kind: str
+    notes: int
+
+
+class NoteOut(BaseModel):
+    unit_id: str
+    label: str
+    kind: str
+    session_id: str | None
+    date: str | None
+    record: str
+    keywords: list[str]
+    raw_tokens: int
+    links: list[str]
+
+
+class PieceOut(BaseModel):
+    index: int
+    text: str
+    tokens: int
+    turn: str | None
+
+
+class NoteFull(NoteOut):
+    raw: str
+    fields: str
+    pieces: list[PieceOut]
+    digest: str
+
+
+class AgentIn(Strict):
+    task: str = Field(min_length=1)
+    budget: int = Field(ge=1, le=MAX_BUDGET)
+    system: str = ""
+    session_id: str | None = Field(default=None, pattern=SESSION)
+
+
+class AgentOut(BaseModel):
+    session_id: str
+    steps: int
+
+
+class StepIn(Strict):
+    action: str = Field(min_length=1)
+    observation: str = ""
+    messages: list[dict[str, Any]] | None = None
+    step_id: str | None = Field(default=None, max_length=200)
+
+
+class StepOut(BaseModel):
+    step: int
+
+
+class ContextOut(BaseModel):
+    messages: list[dict[str, Any]]
+    tokens: int
+    ceiling: int
+    memory_active: bool
+
+
+class Dropped(BaseModel):
+    history: str
+    dropped: bool
+
+
+# -- the app -------------------------------------------------------------------------------------------
+def note_out(note: Note) -> dict[str, Any]:
+    return {
+        "unit_id": note.unit_id,
+        "label": note.label,
+        "kind": note.kind,
+        "session_id": note.session_id,
+        "date": note.date,
+        "record": note.record,
+        "keywords": list(note.fields.keywords),
+        "raw_tokens": note.raw_tokens,
+        "links": [f"u{s + 1}" for s in note.links],
+    }
+
+
+class Memories:
+    """One store, one ``Memory`` per (tenant, history) kept open for the process."""
+
+    def __init__(self, db: str) -> None:
+        self.store = open_store(db)
+        self._open: dict[str, Memory] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, history: str) -> Memory:
+        hid = f"{tenant}/{history}"
+        with self._lock:
+            mem = self._open.get(hid)
+            if mem is None:
+                mem = self._open[hid] = Memory(store=self.store, history=hid)
+            return mem
+
+    def existing(self, tenant: str, history: str) -> Memory:
+        if f"{tenant}/{history}" not in dict(self.store.histories()):
+            raise NotFound(f"no history {history!r}")
+        return self.get(tenant, history)
+
+    def histories(self, tenant: str) -> list[dict[str, Any]]:
+        prefix = f"{tenant}/"
+        return [
+            {"history": h[len(prefix) :], "kind": kind, "notes": self.store.note_count(h)}
+            for h, kind in self.store.histories()
+            if h.startswith(prefix)
+        ]
+
+    def forget(self, tenant: str, history: str) -> None:
+        with self._lock:
+            self._open.pop(f"{tenant}/{history}", None)
+
+
+def tenant(request: Request) -> str:
+    """The tenant whose key the request carries (401 otherwise)."""
+    auth = request.headers.get("authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
+    if key is None and request.url.path.startswith("/inspect/"):
+        key = request.query_params.get("key")
+    found = request.app.state.keys.tenant_of(key)
+    if found is None:
+        raise Unauthorized("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
+    request.state.tenant = found
+    return str(found)
+
+
+Tenant = Annotated[str, Depends(tenant)]
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The FastAPI app serving ``config.db`` to the tenants of ``config.keys``."""
+    keys = KeyFile(config.keys)
+    memories = Memories(config.db)
+    app = FastAPI(
+        title="FlexA-Mem",
+        version="0.1.0",
+        description="A write-once memory for LLM agents and readers, rendered fresh under any token budget.",
+    )
+    app.state.memories = memories
+    app.state.keys = keys
+
+    @app.middleware("http")
+    async def limits_and_logs(request: Request, call_next: Any) -> Any:
+        start = time.perf_counter()
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
+            response: Any = _error(
+                413, "PayloadTooLarge", f"request bodies are limited to {config.max_body_bytes} bytes"
+            )
+        else:
+            body = await request.body()
+            if len(body) > config.max_body_bytes:
+                response = _error(
+                    413, "PayloadTooLarge", f"request bodies are limited to {config.max_body_bytes} bytes"
+                )
+            else:
+                response = await call_next(request)
+        log.info(
+            json.dumps(
+                {
+                    "method": request.method,
+                    "path": request.url.path,
+                    "status": response.status_code,
+                    "ms": round((time.perf_counter() - start) * 1000, 1),
+                    "tenant": getattr(request.state, "tenant", None),
+                }
+            )
+        )
+        return response
+
+    @app.exception_handler(FlexaMemError)
+    async def flexamem_error(request: Request, exc: FlexaMemError) -> JSONResponse:
+        return _error(_status(exc), type(exc).__name__, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg"))} for e in exc.errors()
+        ]
+        first = details[0] if details else {"where": "", "problem": "invalid request"}
+        return _error(422, "ValidationError", f"{first['where']}: {first['problem']}", details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "HTTPError", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
+        return _error(500, "InternalError", "the server failed; nothing was half-stored")
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        """Liveness: the server answers and its store is readable."""
+        memories.store.histories()
+        return {"status": "ok"}
+
+    @app.get("/v1/histories", response_model=list[HistoryOut])
+    def list_histories(t: Tenant) -> list[dict[str, Any]]:
+        """The tenant's histories (agent sessions as ``<history>/agent:<id>``), with their note counts."""
+        return memories.histories(t)
+
+    @app.post("/v1/histories/{history}/sessions", response_model=Units)
+    def add_session(body: SessionIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Write one conversation session (created with its history when new)."""
+        mem = memories.get(t, history)
+        turns = [x.model_dump(exclude_none=True) for x in body.turns]
+        return {"history": history, "units": mem.add_session(turns, session_id=body.session_id, date=body.date)}
+
+    @app.post("/v1/histories/{history}/messages", response_model=Units)
+    def add_messages(body: MessagesIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Write an OpenAI-format chat history as one session (tool calls and results verbatim)."""
+        mem = memories.get(t, history)
+        return {
+            "history": history,
+            "units": mem.add_messages(body.messages, session_id=body.session_id, date=body.date),
+        }
+
+    @app.post("/v1/histories/{history}/render", response_model=RenderOut)
+    def render(body: RenderIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """The memory for one query within the budget (no model call)."""
+        r = memories.existing(t, history).render(body.query, body.budget, mode=body.mode, prompt=body.prompt)
+        return {
+            "text": r.text,
+            "tokens": r.tokens,
+            "allowance": r.allowance,
+            "mode": r.mode,
+            "pass_through": r.pass_through,
+            "composition": dict(r.composition),
+            "shown": [
+                {"unit_id": v.unit_id, "label": f"u{v.seq + 1}", "resolution": v.resolution, "pieces": list(v.pieces)}
+                for v in r.shown
+            ],
+        }
+
+    @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut])
+    def notes(history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
+        """The history's notes in time order."""
+        return [note_out(n) for n in memories.existing(t, history).notes()]
+
+    @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull)
+    def note(history: HistoryName, unit: Annotated[str, Path(max_length=300)], t: Tenant) -> dict[str, Any]:
+        """One note in full: raw text, record, fields, pieces and its digest (provenance)."""
+        try:
+            n = memories.existing(t, history).note(unit)
+        except InvalidInputError as exc:
+            raise NotFound(str(exc)) from None
+        pieces = [{"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in n.pieces]
+        return {**note_out(n), "raw": n.raw, "fields": n.fields.as_text(), "pieces": pieces, "digest": n.digest}
+
+    @app.delete("/v1/histories/{history}", response_model=Dropped)
+    def drop(history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Delete the whole history and its agent sessions (the only deletion; notes are never edited)."""
+        dropped = memories.existing(t, history).drop()
+        memories.forget(t, history)
+        return {"history": history, "dropped": dropped}
+
+    @app.post("/v1/histories/{history}/agents", response_model=AgentOut)
+    def start_agent(body: AgentIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Start an agent session under the history (or resume it, when the task and budget match)."""
+        mem = memories.get(t, history)
+        agent = mem.agent(body.task, budget=body.budget, system=body.system, session_id=body.session_id)
+        return {"session_id": agent.session_id, "steps": len(agent.steps)}
+
+    def session(t: str, history: str, sid: str) -> Any:
+        mem = memories.get(t, history)
+        if sid not in mem.sessions():
+            raise NotFound(f"no agent session {sid!r} in history {history!r}")
+        return mem.agent(session_id=sid)
+
+    @app.post("/v1/histories/{history}/agents/{session_id}/steps", response_model=StepOut)
+    def step(body: StepIn, history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, int]:
+        """Record one step (``step_id`` makes a retry idempotent)."""
+        agent = session(t, history, session_id)
+        return {"step": agent.step(body.action, body.observation, messages=body.messages, step_id=body.step_id)}
+
+    @app.get("/v1/histories/{history}/agents/{session_id}/context", response_model=ContextOut)
+    def context(
+        history: HistoryName,
+        session_id: SessionName,
+        t: Tenant,
+        mode: Annotated[Mode, Query()] = "auto",
+    ) -> dict[str, Any]:
+        """The next model call's messages: always valid OpenAI chat messages within the ceiling."""
+        ctx = session(t, history, session_id).context(mode=mode)
+        return {
+            "messages": ctx.messages,
+            "tokens": ctx.tokens,
+            "ceiling": ctx.ceiling,
+            "memory_active": not ctx.pass_through,
+        }
+
+    @app.get("/inspect/{history}", response_class=HTMLResponse, include_in_schema=False)
+    def inspect(
+        history: HistoryName,
+        query: Annotated[str, Query(min_length=1)],
+        t: Tenant,
+        budget: Annotated[int, Query(ge=1, le=MAX_BUDGET)] = 4096,
+        mode: Annotated[Mode, Query()] = "auto",
+    ) -> str:
+        """The memory inspector: one rendering drawn for people (budget bar, timeline, pieces, links)."""
+        from flexamem.server.inspector import inspector_page
+
+        return inspector_page(memories.existing(t, history), history, query, budget, mode)
+
+    return app
+
+
+def _error(status: int, kind: str, message: str, details: list[dict[str, str]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"type": kind, "message": message}}
+    if details:
+        body["error"]["details"] = details
+    return JSONResponse(body, status_code=status)
+
+
+def app_from_env() -> FastAPI:
+    """For ``uvicorn --factory flexamem.server.app:app_from_env`` (several workers): the store and key
+    file from ``FLEXAMEM_DB`` and ``FLEXAMEM_KEYS``."""
+    import os
+
+    db, key_file = os.environ.get("FLEXAMEM_DB"), os.environ.get("FLEXAMEM_KEYS")
+    if not db or not key_file:
+        raise InvalidInputError("set FLEXAMEM_DB (the store) and FLEXAMEM_KEYS (the key file)")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return create_app(ServerConfig(db, key_file, int(os.environ.get("FLEXAMEM_MAX_BODY", 8 * 1024 * 1024))))
