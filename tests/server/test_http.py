@@ -1,0 +1,131 @@
+"""The HTTP API against a real server: every door used, tenants kept apart, bad input refused with a 4xx."""
+
+import subprocess
+import sys
+
+import pytest
+
+from flexamem.chat import chat_problems
+
+from .conftest import Server
+
+JSON = {"content-type": "application/json"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": '{"id": "#W4417"}'}}
+
+
+def test_sessions_messages_render_notes_and_drop(server: Server) -> None:
+    with server.client() as c:
+        r = c.post("/v1/histories/ana/sessions", json={
+            "session_id": "trip", "date": "2024-05-08",
+            "turns": [{"speaker": "Ana", "text": "Refund the hotel to my Visa ending 4417."}],
+        })  # fmt: skip
+        assert r.status_code == 200 and r.json() == {"history": "ana", "units": ["trip"]}
+        messages = [
+            {"role": "user", "content": "where is #W4417?"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "shipped, 1Z999AA10123456784"},
+        ]
+        r = c.post("/v1/histories/ana/messages", json={"messages": messages, "session_id": "shop"})
+        assert r.status_code == 200 and r.json()["units"] == ["shop"]
+        r = c.post("/v1/histories/ana/render", json={"query": "Which card gets the refund?", "budget": 300})
+        body = r.json()
+        assert r.status_code == 200 and "Visa ending 4417" in body["text"]
+        assert body["tokens"] <= body["allowance"] and {s["label"] for s in body["shown"]} == {"u1", "u2"}
+        notes = c.get("/v1/histories/ana/notes").json()
+        assert [n["unit_id"] for n in notes] == ["trip", "shop"]
+        full = c.get("/v1/histories/ana/notes/u2").json()
+        assert "[tool call c1] get_order" in full["raw"] and full["pieces"] and len(full["digest"]) == 64
+        assert {"history": "ana", "kind": "conversation", "notes": 2} in c.get("/v1/histories").json()
+        assert c.delete("/v1/histories/ana").json() == {"history": "ana", "dropped": True}
+        assert c.get("/v1/histories/ana/notes").status_code == 404
+
+
+def test_agent_sessions_over_http_give_valid_chat_contexts(server: Server) -> None:
+    with server.client() as c:
+        r = c.post("/v1/histories/bot/agents", json={"task": "Refund order #W4417", "budget": 700, "session_id": "a1"})
+        assert r.status_code == 200 and r.json() == {"session_id": "a1", "steps": 0}
+        for i in range(12):
+            msgs = [
+                {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": f"c{i}"}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": f"order #W4417 line {i} " + "status ok " * 30},
+            ]
+            step = {"action": f"get_order {i}", "observation": "ok", "messages": msgs, "step_id": f"s{i}"}
+            assert c.post("/v1/histories/bot/agents/a1/steps", json=step).json() == {"step": i + 1}
+        again = c.post("/v1/histories/bot/agents/a1/steps", json=step)  # a retried step is a no-op
+        assert again.json() == {"step": 12}
+        ctx = c.get("/v1/histories/bot/agents/a1/context").json()
+        assert ctx["memory_active"] and ctx["tokens"] <= ctx["ceiling"]
+        assert chat_problems(ctx["messages"]) == []
+        assert c.get("/v1/histories/bot/agents/nope/context").status_code == 404
+
+
+def test_a_tenant_never_sees_another(server: Server) -> None:
+    with server.client("acme") as acme, server.client("other") as other:
+        acme.post("/v1/histories/secret/sessions", json={"turns": [{"speaker": "A", "text": "PIN 9921"}]})
+        assert all(h["history"] != "secret" for h in other.get("/v1/histories").json())
+        for method, path, body in [
+            ("GET", "/v1/histories/secret/notes", None),
+            ("GET", "/v1/histories/secret/notes/u1", None),
+            ("POST", "/v1/histories/secret/render", {"query": "PIN", "budget": 500}),
+            ("DELETE", "/v1/histories/secret", None),
+            ("GET", "/inspect/secret?query=PIN", None),
+        ]:
+            r = other.request(method, path, json=body)
+            assert r.status_code == 404 and "9921" not in r.text
+        assert acme.get("/v1/histories/secret/notes").status_code == 200  # still there
+
+
+def test_bad_requests_get_clear_4xx_and_lose_nothing(server: Server) -> None:
+    with server.client() as c, server.client(None) as anonymous:
+        c.post("/v1/histories/keep/sessions", json={"turns": [{"speaker": "A", "text": "keep me"}]})
+        cases = [
+            (anonymous.get("/v1/histories"), 401),
+            (anonymous.get("/v1/histories", headers={"Authorization": "Bearer fm_wrong"}), 401),
+            (
+                c.post("/v1/histories/keep/render", content=b"{not json", headers={"content-type": "application/json"}),
+                422,
+            ),
+            (c.post("/v1/histories/keep/render", json={"query": 5, "budget": "many"}), 422),
+            (c.post("/v1/histories/keep/render", json={"query": "x", "budget": 0}), 422),
+            (c.post("/v1/histories/keep/render", json={"query": "x", "budget": 10**9}), 422),
+            (c.post("/v1/histories/keep/render", json={"query": "x", "budget": 100, "extra": 1}), 422),
+            (c.post("/v1/histories/nope/render", json={"query": "x", "budget": 500}), 404),
+            (c.post("/v1/histories/-bad/sessions", json={"turns": [{"speaker": "A", "text": "x"}]}), 422),
+            (c.post("/v1/histories/bad%2Fname/sessions", json={"turns": [{"speaker": "A", "text": "x"}]}), 404),
+            (c.post("/v1/histories/keep/sessions", json={"turns": [{"speaker": "A", "text": "x" * 300_000}]}), 413),
+            (c.post("/v1/histories/keep/messages", json={"messages": [{"role": "robot", "content": "x"}]}), 400),
+            (c.post("/v1/histories/keep/agents", json={"task": "t", "budget": 20}), 200),
+        ]
+        for r, status in cases:
+            assert r.status_code == status, (r.request.url, r.text)
+            if status >= 400:
+                error = r.json()["error"]
+                assert error["type"] and error["message"] and "Traceback" not in r.text
+        assert [n["record"] for n in c.get("/v1/histories/keep/notes").json()]  # nothing lost
+    log = server.log.read_text()
+    assert '"status": 413' in log and all(k not in log for k in server.keys.values())
+    assert all(k not in server.keyfile.read_text() for k in server.keys.values())  # hashes only
+
+
+def test_the_openapi_spec_describes_every_route(server: Server) -> None:
+    with server.client(None) as c:
+        spec = c.get("/openapi.json").json()
+    paths = set(spec["paths"])
+    assert {
+        "/v1/histories",
+        "/v1/histories/{history}/render",
+        "/v1/histories/{history}/agents/{session_id}/context",
+    } <= paths
+
+
+@pytest.mark.integration
+def test_schemathesis_finds_no_server_error(server: Server) -> None:
+    """A property-based fuzz of every operation of the OpenAPI spec (schemathesis): no 5xx."""
+    done = subprocess.run(
+        [sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
+         "-H", f"Authorization: Bearer {server.keys['acme']}", "-c", "not_a_server_error",
+         "-n", "40", "--seed", "7"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "passed" in done.stdout
