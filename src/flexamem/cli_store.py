@@ -262,6 +262,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from flexamem.mcp_server import run_stdio
+    except ImportError:
+        raise InvalidInputError("the MCP server needs: pip install 'flexamem[mcp]'") from None
+    run_stdio(_db(args, must_exist=False), args.history)
+    return 0
+
+
 def add_store_commands(sub: Any) -> None:
     """Register the store verbs on the CLI's subparsers."""
 
@@ -316,3 +325,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes (they share the store)")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
     p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+    p.add_argument("--history", default="default", help="which history of the store (default: default)")
+    p.set_defaults(func=cmd_mcp)
