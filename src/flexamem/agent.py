@@ -273,6 +273,11 @@ class AgentSession:
             for k in range(written, first)
         ]
 
+    @property
+    def message_count(self) -> int:
+        """Chat messages recorded by all steps so far (what a chat adapter has already handed over)."""
+        return sum(len(m) for m in self._messages)
+
     # -- context ---------------------------------------------------------------------------------------
     def fixed_messages(self) -> list[Message]:
         out: list[Message] = []

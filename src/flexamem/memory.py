@@ -283,6 +283,11 @@ class Memory:
             )
         return dropped
 
+    def drop_session(self, session_id: str) -> bool:
+        """Delete one agent session of this history (its steps and notes). Returns whether it existed."""
+        sid = clean_text(session_id, "session_id").strip()
+        return self.store.drop_history(self._session_prefix + sid)
+
     def llm_usage(self) -> dict[str, int]:
         """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache."""
         out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_calls": 0}

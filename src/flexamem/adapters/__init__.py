@@ -1,0 +1,13 @@
+"""Adapters from agent frameworks to FlexA-Mem: each feeds an agent session and hands back its context.
+
+* :mod:`flexamem.adapters.chat`: plain OpenAI chat loops (:class:`ChatMemory`, the shared core).
+* :mod:`flexamem.adapters.openai_agents`: the OpenAI Agents SDK ``Session`` protocol.
+* :mod:`flexamem.adapters.langgraph`: a LangGraph pre-model hook.
+* :mod:`flexamem.adapters.miniswe`: a mini-swe-agent model wrapper.
+
+Each framework is imported only by its own module.
+"""
+
+from flexamem.adapters.chat import ChatMemory
+
+__all__ = ["ChatMemory"]
