@@ -1,7 +1,8 @@
 """The memory inspector: one rendering drawn as people would rather read it (served at ``/inspect/...``).
 
 A budget bar (the fixed prompt, each part of the memory, the room left, the 5% margin), the timeline
-with every unit coloured by how it appears (raw, excerpt, record, merged, hidden), the verbatim pieces
+with every unit coloured by how it appears (raw, excerpt, record, merged, only some pieces, hidden), the
+verbatim pieces
 with their BM25 scores, and the links between units. Plain HTML and CSS, no script, escaped text.
 """
 
@@ -26,6 +27,7 @@ COLOURS = {
 RESOLUTION_COLOURS = {
     "raw": "#34d399",
     "excerpt": "#fbbf24",
+    "pieces": "#f472b6",
     "record": "#60a5fa",
     "merged": "#a78bfa",
     "hidden": "#d1d5db",
@@ -73,10 +75,11 @@ def inspector_page(mem: Memory, history: str, query: str, budget: int, mode: str
     units = []
     for v in r.shown:
         note = notes[v.seq]
-        title = f"{note.unit_id} · {note.date or note.kind} · {v.resolution}: {note.record}"
+        shown_as = "pieces" if v.resolution == "hidden" and v.pieces else v.resolution  # off the timeline, pieces in
+        title = f"{note.unit_id} · {note.date or note.kind} · {shown_as}: {note.record}"
         units.append(
-            f'<div class="unit" data-resolution="{v.resolution}" title="{escape(title)}" '
-            f'style="background:{RESOLUTION_COLOURS[v.resolution]}">{escape(note.label)}</div>'
+            f'<div class="unit" data-resolution="{shown_as}" title="{escape(title)}" '
+            f'style="background:{RESOLUTION_COLOURS[shown_as]}">{escape(note.label)}</div>'
         )
     res_legend = "".join(f"<span>{_swatch(c)}{k}</span>" for k, c in RESOLUTION_COLOURS.items())
 
@@ -85,7 +88,7 @@ def inspector_page(mem: Memory, history: str, query: str, budget: int, mode: str
     terms = stemmed(terms) if mode == "auto" else terms
     rows = []
     for v in r.shown:
-        if not v.pieces or v.resolution in ("record", "merged", "hidden"):
+        if not v.pieces or v.resolution in ("record", "merged"):
             continue
         note = notes[v.seq]
         docs = [mem.history.doc_of[v.seq] + i for i in v.pieces]
