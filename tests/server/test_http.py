@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,11 @@ def test_schemathesis_finds_no_server_error(server: Server) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:]
     assert "passed" in done.stdout
+
+
+def test_the_http_page_example_runs(server: Server, tmp_path: Path) -> None:
+    from tests.doors.docs_blocks import blocks, run_block
+
+    (code,) = blocks("http.md", "python")
+    out = run_block(code, "python", tmp_path, {"FLEXAMEM_URL": server.url, "FLEXAMEM_KEY": server.keys["acme"]})
+    assert "Refund the hotel to my Visa ending 4417." in out

@@ -1,0 +1,52 @@
+"""Every copy-paste example of the door pages runs (the HTTP page's runs in tests/server, the
+model-backed ones against the local llama.cpp model in the integration suite)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .docs_blocks import blocks, run_block
+
+
+def test_library_page(tmp_path: Path) -> None:
+    first, second = blocks("library.md", "python")
+    assert "Visa ending 4417" in run_block(first, "python", tmp_path)
+    assert "memory on: True" in run_block(second, "python", tmp_path)
+
+
+def test_cli_page(tmp_path: Path) -> None:
+    (script,) = blocks("cli.md", "bash")
+    out = run_block(script, "bash", tmp_path)
+    assert "ana/agent:a1" in out and "Visa ending 4417" in out and "dropped" in out
+
+
+def test_mcp_page(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    (code,) = blocks("mcp.md", "python")
+    assert "4417" in run_block(code, "python", tmp_path)
+
+
+def test_langgraph_and_miniswe_examples(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph")
+    pytest.importorskip("minisweagent")
+    _, _, langgraph, miniswe = blocks("adapters.md", "python")
+    assert "in transit" in run_block(langgraph, "python", tmp_path)
+    assert "Submitted" in run_block(miniswe, "python", tmp_path)
+
+
+@pytest.mark.integration
+def test_model_backed_adapter_examples_with_the_local_model(tmp_path: Path) -> None:
+    pytest.importorskip("agents")
+    from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+
+    why_not = local_server_available()
+    if why_not is not None:
+        if os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1":
+            pytest.fail(why_not)
+        pytest.skip(why_not)
+    chat, agents, _, _ = blocks("adapters.md", "python")
+    with LocalServer(local_model_path()) as server:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "local", "FLEXAMEM_EXAMPLE_MODEL": "local"}
+        assert "Which order number did I give you? ->" in run_block(chat, "python", tmp_path, env)
+        run_block(agents, "python", tmp_path, env)
