@@ -29,8 +29,10 @@ lint: setup
 unit: setup
 	$(PY) -m pytest -q -m "not integration"
 
-# the store contract and process tests also run on a real PostgreSQL server, started here on 127.0.0.1
+# the store contract and process tests also run on a real PostgreSQL server, started here on 127.0.0.1;
+# the inspector test drives Debian's headless Chromium (installed when missing and root)
 test: lint llm-setup
+	FLEXAMEM_CHROMIUM=$$(bash scripts/setup_chromium.sh || true) \
 	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
 
 # the performance suite (tables in docs/PERFORMANCE.md); 10M tokens: SIZES=20000,100000,1000000,10000000
