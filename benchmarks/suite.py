@@ -112,9 +112,6 @@ def bench_history(conversations: list[Conversation], size: int) -> tuple[Path, d
         print(f"  building {path.name}: {tokens:,} tokens", end="\r", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     built = time.perf_counter() - start
-    for mode in ("auto", "pieces", "units"):  # as after a user's first questions: merged records stored
-        for budget in (4096, 16384):
-            mem.render("what happened first?", budget, mode=mode)
     mem.close()
     info = {"tokens": tokens, "units": units, "build_s": built}
     marker.write_text(json.dumps(info))
@@ -184,6 +181,10 @@ def section_render(conversations: list[Conversation], sizes: list[int], n_querie
 def render_size(conversations: list[Conversation], size: int, questions: list[str]) -> list[str]:
     """Print one history size's tables; return its summary rows."""
     path, info = bench_history(conversations, size)
+    with fm.Memory(path) as mem:  # as after a user's first questions: the merged records are stored
+        for mode in ("auto", "pieces", "units"):
+            for budget in (4096, 16384):
+                mem.render("what happened first?", budget, mode=mode)
     probe = subprocess.run(
         [sys.executable, __file__, "--open-probe", str(path), questions[0]], capture_output=True, text=True, check=True
     )

@@ -138,3 +138,14 @@ def test_the_http_page_example_runs(server: Server, tmp_path: Path) -> None:
     (code,) = blocks("http.md", "python")
     out = run_block(code, "python", tmp_path, {"FLEXAMEM_URL": server.url, "FLEXAMEM_KEY": server.keys["acme"]})
     assert "Refund the hotel to my Visa ending 4417." in out
+
+
+def test_the_openapi_spec_in_the_docs_is_current() -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "openapi.py"
+    loader = importlib.util.spec_from_file_location("openapi_script", script)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    assert module.OUT.read_text() == module.spec(), "run: python scripts/openapi.py"
