@@ -123,6 +123,12 @@ class HistoryCore:
             history = self.history
             return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
 
+    def note(self, seq: int) -> Note:
+        """Note ``seq`` with its current links (one note: O(1), where :meth:`notes` copies them all)."""
+        with self.lock:
+            self.sync()
+            return dataclasses.replace(self.history.notes[seq], links=tuple(self.history.links[seq]))
+
     def verify(self) -> list[str]:
         """Problems found re-checking every note's digest chain against its stored content (empty: none).
         Notes written before digests existed are skipped, and the chain starts again after them."""

@@ -316,7 +316,7 @@ class Memory:
             seq = int(unit_id[1:]) - 1
         if seq is None:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
-        return self.notes()[seq]
+        return self.core.note(seq)
 
     # -- rendering ---------------------------------------------------------------------------------
     def render(
