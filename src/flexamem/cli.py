@@ -11,7 +11,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.cli_llm import add_commands, add_writer_arguments, reader_from_args, writer_from_args
 from flexamem.cli_store import add_store_commands, progress_bar
 from flexamem.errors import FlexaMemError, InvalidInputError
@@ -166,7 +168,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"flexamem: skipped {p}", file=sys.stderr)
     writer, reader = writer_from_args(args), reader_from_args(args)
-    run(histories, methods, budgets, out, progress=not args.quiet, writer=writer, reader=reader)
+    baseline_model = baseline_model_from_args(args, methods)
+    run(
+        histories, methods, budgets, out, progress=not args.quiet, writer=writer, reader=reader,
+        baseline_model=baseline_model,
+    )  # fmt: skip
     results = summarise(out, by_group=by_group, resamples=args.resamples)
     try:
         plot_measures(results, out, MEASURES)
@@ -176,6 +182,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print((out / "results.md").read_text())
     print(f"{len(problems)} item(s) skipped; outputs in {out}")
     return 0
+
+
+def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -> Any:
+    """The model that builds the LLM-built baselines: the stand-in, or the configured endpoint."""
+    if not set(methods) & set(BASELINE_METHODS):
+        return None
+    if args.stand_in:
+        from flexamem.baselines import StandInModel
+
+        return StandInModel()
+    from flexamem.llm.config import load_config
+
+    config = load_config(path=args.config)
+    if config is None:
+        raise InvalidInputError(
+            f"{sorted(set(methods) & set(BASELINE_METHODS))} need a model: FLEXAMEM_LLM_BASE_URL and "
+            "FLEXAMEM_LLM_MODEL (or --config), or --stand-in"
+        )
+    print(f"flexamem: LLM-built baselines by {config!r}", file=sys.stderr)
+    return config.client()
 
 
 def cmd_eval_trajectories(args: argparse.Namespace) -> int:
@@ -250,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
     p.add_argument(
         "--methods",
-        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); auto's ablations: "
+        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); LLM-built baselines (locomo and "
+        f"longmemeval; they need an endpoint or --stand-in): {','.join(BASELINE_METHODS)}; auto's ablations: "
         + ",".join(n for n in AUTO_ABLATIONS if n != "auto")
         + " (trajectories: "
         + ",".join(n for n in AGENT_AUTO_ABLATIONS if n != "auto")
@@ -285,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reader",
         action="store_true",
         help="locomo/longmemeval: also answer each question with the configured LLM and judge it (accuracy)",
+    )
+    p.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="build the LLM-built baselines with the deterministic stand-in model (tests; no endpoint)",
     )
     add_writer_arguments(p, default="rule")
     p.set_defaults(func=cmd_eval)

@@ -328,6 +328,7 @@ class Memory:
         prompt: str = "",
         options: RenderOptions | None = None,
         query_vector: np.ndarray | None = None,
+        order: Sequence[str] | None = None,
     ) -> Rendering:
         """A fresh memory for one question, within the budget.
 
@@ -338,6 +339,8 @@ class Memory:
         (unit recovery), kept as the paper defines them. No LLM is called
         except to write a merged record the first time it is needed (then stored and reused).
         ``query_vector`` skips embedding the query when the caller already has its MiniLM vector.
+        ``order`` (unit ids or labels, most relevant first) replaces unit recovery's candidate order: another
+        memory's search results rendered with fit-or-degrade (``mode="units"``; a plug-in).
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -357,11 +360,17 @@ class Memory:
             if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
+        seqs = None
+        if order is not None:
+            if isinstance(order, str | bytes) or not isinstance(order, Sequence):
+                raise InvalidInputError("order must be a list of unit ids")
+            seqs = [self.note(u).seq for u in order]
         q = Query(
             text=query,
             terms=query_terms(query),
             excerpt_terms=query_terms(query),
             vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
+            order=seqs,
         )
         with self.core.lock:
             self.core.sync()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.config import Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
@@ -24,8 +25,11 @@ from flexamem.eval.measures import answer_contained, normalise
 from flexamem.eval.methods import METHODS, MethodContext, Output
 from flexamem.eval.reader import READER_PROMPT, LLMReader
 from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
+from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
 from flexamem.write.records import RecordWriter
+
+ALL_METHODS = {**METHODS, **BASELINE_METHODS}  # the no-LLM methods and the LLM-built baselines
 
 MEASURES = (
     "evidence_verbatim",
@@ -91,13 +95,15 @@ def run(
     progress: bool = True,
     writer: RecordWriter | None = None,
     reader: LLMReader | None = None,
+    baseline_model: ChatModel | None = None,
 ) -> Path:
     """Render every question with every method at every budget; append one row per outcome to
     ``per_question.jsonl`` (rows already there are skipped: a rerun resumes). ``writer`` writes the
-    records (rule writer by default); ``reader`` adds the LLM-judged ``accuracy`` of each row."""
-    unknown = [m for m in methods if m not in METHODS]
+    records (rule writer by default); ``reader`` adds the LLM-judged ``accuracy`` of each row;
+    ``baseline_model`` builds the LLM-built baselines' memories (their rows carry ``llm_tokens``)."""
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
+        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(ALL_METHODS)}")
     out.mkdir(parents=True, exist_ok=True)
     rows_path, errors_path = out / "per_question.jsonl", out / "errors.jsonl"
     done = set()
@@ -119,6 +125,8 @@ def run(
                 continue
             try:
                 ctx = _context(h, settings, writer)
+                if baseline_model is not None:
+                    ctx.extra["baseline_model"] = baseline_model
             except FlexaMemError as exc:
                 errors.write(json.dumps({"history": h.history_id, "error": f"ingest failed: {exc}"}) + "\n")
                 if bar:
@@ -140,7 +148,7 @@ def run(
             for q, m, b in todo:
                 try:
                     start = time.perf_counter()
-                    output = METHODS[m](ctx, q.question, b)
+                    output = ALL_METHODS[m](ctx, q.question, b)
                     latency = (time.perf_counter() - start) * 1000
                     row = {
                         "item": q.item_id,
@@ -152,6 +160,8 @@ def run(
                         "latency_ms": latency,
                         "composition": output.composition,
                     }
+                    if output.llm_tokens:
+                        row["llm_tokens"] = output.llm_tokens
                     if reader is not None:
                         judged = reader(output.text, q.question, q.answer or NO_ANSWER)
                         row.update(reader_answer=judged.answer, accuracy=float(judged.correct))

@@ -77,6 +77,7 @@ class Output:
     tokens: int
     budgeted: bool = True
     composition: dict[str, int] = field(default_factory=dict)
+    llm_tokens: dict[str, int] = field(default_factory=dict)  # LLM-built baselines: build / read tokens
 
 
 Method = Callable[[MethodContext, str, int], Output]

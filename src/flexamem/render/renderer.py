@@ -94,6 +94,7 @@ class Query:
     excerpt_terms: Sequence[str]  # BM25 terms for ranking an excerpt's pieces
     vector: Callable[[], np.ndarray]  # lazy: piece recovery rarely needs it
     agent: bool = False  # an agent session's call: ``auto`` ranks with the agent profile
+    order: Sequence[int] | None = None  # unit recovery: the caller's candidate order instead of ``g``
 
 
 class Renderer:
@@ -170,7 +171,9 @@ class Renderer:
             lambda seq: self.timeline.record(seq).tokens,
         )
         order: list[int] = []
-        if options.recovery:
+        if options.recovery and query.order is not None:  # a plug-in: another memory's search order
+            order = [int(seq) for seq in dict.fromkeys(query.order) if 0 <= int(seq) < n]
+        elif options.recovery:
             if options.candidates == "random":
                 order = seeded_order(range(n), query.text)
             else:

@@ -1,0 +1,8 @@
+"""The paper's LLM-built baselines (A-Mem, A-Mem with fit-or-degrade, Summary+A-Mem, AFM, ReadAgent),
+written from their descriptions, run through any :class:`~flexamem.llm.client.ChatModel`; and
+:class:`StandInModel`, a deterministic model for tests (no network). See docs/BASELINES.md."""
+
+from flexamem.baselines.ledger import Ledger
+from flexamem.baselines.stand_in import StandInModel
+
+__all__ = ["Ledger", "StandInModel"]

@@ -1,0 +1,174 @@
+"""The LLM-built memories, each built once per history from its notes (SPEC section 9, paper Appendix C).
+
+Where the papers leave a choice open, ours is marked "guess" and listed in docs/BASELINES.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flexamem.baselines import prompts
+from flexamem.baselines.ledger import Ledger
+from flexamem.memory import Memory
+from flexamem.notes import Note
+
+NEIGHBOURS = 5  # A-Mem: earlier notes offered to the link call (guess; A-Mem uses top-k by embedding)
+
+
+@dataclass
+class AMemNote:
+    keywords: list[str]
+    tags: list[str]
+    context: str
+
+    def text(self) -> str:
+        return f"{self.context} | keywords: {', '.join(self.keywords)} | tags: {', '.join(self.tags)}"
+
+
+def _strings(value: Any, limit: int) -> list[str]:
+    return [str(v) for v in value][:limit] if isinstance(value, list) else []
+
+
+@dataclass
+class AMem:
+    """A-Mem (Xu et al., 2025): an LLM note per unit (keywords, tags, context), LLM-chosen links among
+    its nearest earlier notes, and memory evolution: a new note rewrites its linked notes' tags and
+    context. Indexed by the notes' metadata and by the raw text's 150-token spans."""
+
+    notes: list[AMemNote] = field(default_factory=list)
+    links: list[set[int]] = field(default_factory=list)
+    meta_vectors: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, mem: Memory, ledger: Ledger) -> AMem:
+        amem = cls()
+        vectors: list[np.ndarray] = []
+        for note in mem.notes():
+            got = ledger.ask_json(prompts.NOTE.format(raw=note.raw), "build", {}, max_tokens=200)
+            new = AMemNote(
+                _strings(got.get("keywords"), 8) or list(note.fields.keywords[:8]),
+                _strings(got.get("tags"), 5),
+                str(got.get("context") or note.record)[:500],
+            )
+            v = mem.embedder.embed([new.text()])[0]
+            i = len(amem.notes)
+            amem.notes.append(new)
+            amem.links.append(set())
+            if vectors:
+                sims = np.stack(vectors) @ v
+                near = [int(j) for j in np.argsort(-sims)[:NEIGHBOURS]]
+                listing = "\n".join(f"[{j}] {amem.notes[j].text()}" for j in near)
+                chosen = ledger.ask_json(
+                    prompts.LINKS.format(note=new.text(), candidates=listing), "build", {"links": []}, max_tokens=60
+                )
+                linked = [j for j in _ints(chosen.get("links")) if j in near]
+                for j in linked:
+                    amem.links[i].add(j)
+                    amem.links[j].add(i)
+                if linked:  # memory evolution: the new note rewrites its neighbours' attributes
+                    listing = "\n".join(f"[{j}] {amem.notes[j].text()}" for j in linked)
+                    evolved = ledger.ask_json(
+                        prompts.EVOLVE.format(note=new.text(), linked=listing), "build", {"updates": []}, max_tokens=300
+                    )
+                    for u in evolved.get("updates") or []:
+                        k = _int(u.get("id")) if isinstance(u, dict) else None
+                        if k is not None and k in linked:
+                            old = amem.notes[k]
+                            tags = _strings(u.get("tags"), 5) or old.tags
+                            amem.notes[k] = AMemNote(old.keywords, tags, str(u.get("context") or old.context))
+                            vectors[k] = mem.embedder.embed([amem.notes[k].text()])[0]
+            vectors.append(v)
+        amem.meta_vectors = np.stack(vectors) if vectors else np.zeros((0, 384), dtype=np.float32)
+        return amem
+
+    def order(self, query_vector: np.ndarray, spans: list[np.ndarray]) -> list[int]:
+        """Units in A-Mem's search order: the best of the metadata and raw-span similarities (guess:
+        A-Mem's two indexes fused by taking the max), ties to the older unit."""
+        assert self.meta_vectors is not None
+        meta = self.meta_vectors @ query_vector if len(self.meta_vectors) else np.zeros(0)
+        raw = np.array([float((s @ query_vector).max()) if len(s) else -1.0 for s in spans])
+        best = np.maximum(meta, raw) if len(meta) else raw
+        return [int(i) for i in np.lexsort((np.arange(len(best)), -best))]
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ints(value: Any) -> list[int]:
+    return [i for i in (_int(v) for v in value) if i is not None] if isinstance(value, list) else []
+
+
+@dataclass
+class Summary:
+    """A running LLM summary (Summary+A-Mem, after Wang et al., 2025c): updated unit by unit, keeping
+    names, numbers, identifiers, paths and errors."""
+
+    text: str = ""
+
+    @classmethod
+    def build(cls, notes: list[Note], ledger: Ledger, words: int) -> Summary:
+        summary = cls()
+        for note in notes:
+            summary.text = ledger.ask(
+                prompts.SUMMARY.format(words=words, summary=summary.text or "(empty)", raw=note.raw),
+                "build",
+                max_tokens=int(words * 1.6),
+            )
+        return summary
+
+
+IMPORTANCE = {"high": 1.0, "medium": 0.6, "low": 0.3}  # guess: AFM's labels as weights
+
+
+@dataclass
+class AFM:
+    """AFM (Cruz, 2025): per unit an LLM importance label and an LLM-compressed form (~100 tokens),
+    written once; at read time a score (best span similarity x recency x importance) maps each unit to
+    full / compressed / placeholder by two thresholds."""
+
+    importance: list[float]
+    compressed: list[str]
+
+    @classmethod
+    def build(cls, notes: list[Note], ledger: Ledger) -> AFM:
+        importance, compressed = [], []
+        for note in notes:
+            label = ledger.ask(prompts.IMPORTANCE.format(raw=note.raw), "build", max_tokens=5).lower()
+            importance.append(next((w for k, w in IMPORTANCE.items() if k in label), IMPORTANCE["medium"]))
+            compressed.append(ledger.ask(prompts.COMPRESS.format(raw=note.raw), "build", max_tokens=160))
+        return cls(importance, compressed)
+
+    def scores(self, query_vector: np.ndarray, spans: list[np.ndarray], half_life: float) -> list[float]:
+        n = len(spans)
+        sims = [float((s @ query_vector).max()) if len(s) else 0.0 for s in spans]
+        return [sims[i] * math.pow(0.5, (n - 1 - i) / half_life) * self.importance[i] for i in range(n)]
+
+
+@dataclass
+class ReadAgent:
+    """ReadAgent (Lee et al., 2024): one gist per unit ("page"); at read time one LLM call picks the pages
+    whose raw text replaces their gists."""
+
+    gists: list[str]
+
+    @classmethod
+    def build(cls, notes: list[Note], ledger: Ledger, words: int = 60) -> ReadAgent:
+        return cls(
+            [
+                ledger.ask(prompts.GIST.format(words=words, page=i, raw=note.raw), "build", max_tokens=words * 2)
+                for i, note in enumerate(notes)
+            ]
+        )
+
+    def pick(self, question: str, ledger: Ledger, k: int = 5) -> list[int]:
+        gists = "\n".join(f"[{i}] {g}" for i, g in enumerate(self.gists))
+        got = ledger.ask_json(prompts.PICK.format(k=k, gists=gists, question=question), "read", {}, max_tokens=60)
+        return [i for i in dict.fromkeys(_ints(got.get("pages"))) if 0 <= i < len(self.gists)][:k]

@@ -1,0 +1,154 @@
+"""The LLM-built baselines as methods of the fact-recall harness: ``method(ctx, question, budget)``.
+
+Each memory is built once per history (its model tokens counted as ``llm_tokens["build"]``) and
+rendered within the same allowance as every other method; a question's own model calls (ReadAgent's
+pick) count as ``llm_tokens["read"]``. The model is ``ctx.extra["baseline_model"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flexamem.baselines.ledger import Ledger
+from flexamem.baselines.memories import AFM, AMem, ReadAgent, Summary
+from flexamem.errors import InvalidInputError
+from flexamem.eval.methods import MethodContext, Output, _fit, _raw_units
+from flexamem.render import format as fmt
+
+SUMMARY_WORDS = 400  # the running summary's length (guess; cut to its share of the allowance at read time)
+SUMMARY_SHARE = 0.5  # readers: the summary takes half the allowance and lends what it does not use
+AFM_THRESHOLDS = (0.30, 0.15)  # full / compressed: the paper's calibration on LoCoMo (its own values 0.45 / 0.25)
+AFM_HALF_LIFE = 20.0  # units (guess)
+
+
+def _ledger(ctx: MethodContext) -> Ledger:
+    ledger = ctx.extra.get("baseline_ledger")
+    if ledger is None:
+        model = ctx.extra.get("baseline_model")
+        if model is None:
+            raise InvalidInputError("the LLM-built baselines need a model (an endpoint, or --stand-in for tests)")
+        ledger = ctx.extra["baseline_ledger"] = Ledger(model)  # type: ignore[arg-type]
+    return ledger  # type: ignore[return-value]
+
+
+def _built(ctx: MethodContext, name: str, make: Callable[[Ledger], Any]) -> tuple[Any, int]:
+    """The memory ``name`` of this history (built on first use) and the model tokens its build took."""
+    if name not in ctx.extra:
+        ledger = _ledger(ctx)
+        before = ledger.tokens["build"]
+        ctx.extra[name] = make(ledger)
+        ctx.extra[f"{name}:tokens"] = ledger.tokens["build"] - before
+    return ctx.extra[name], int(ctx.extra[f"{name}:tokens"])  # type: ignore[call-overload]
+
+
+def _allowance(ctx: MethodContext, question: str, budget: int) -> int:
+    counter = ctx.mem.counter
+    return ctx.mem.allowance(budget, counter.count(ctx.prompt) + counter.count(question))
+
+
+def _amem(ctx: MethodContext) -> tuple[AMem, int]:
+    return _built(ctx, "amem", lambda ledger: AMem.build(ctx.mem, ledger))
+
+
+def _fits(ctx: MethodContext, lines: list[str], allowance: int) -> Output:
+    """Join ``lines``; drop the oldest while the text is over the allowance (a last guard)."""
+    text = "\n".join(lines)
+    while lines and ctx.mem.counter.count(text) > allowance:
+        lines = lines[1:]
+        text = "\n".join(lines)
+    tokens = ctx.mem.counter.count(text)
+    return Output(text, tokens, True, {"baseline": tokens})
+
+
+def a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
+    """A-Mem: raw notes taken in its search order while they fit, shown in time order."""
+    amem, cost = _amem(ctx)
+    order = amem.order(ctx.mem.query_vector(question), ctx.spans())
+    out = _raw_units(ctx, _fit(ctx, order, _allowance(ctx, question, budget)))
+    return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": 0})
+
+
+def a_mem_fod(ctx: MethodContext, question: str, budget: int) -> Output:
+    """A-Mem's search order rendered by FlexA-Mem's unit recovery (timeline + fit-or-degrade)."""
+    amem, cost = _amem(ctx)
+    notes = ctx.mem.notes()
+    order = [notes[s].unit_id for s in amem.order(ctx.mem.query_vector(question), ctx.spans())]
+    r = ctx.mem.render(question, budget, mode="units", prompt=ctx.prompt, order=order)
+    return Output(r.text, r.tokens, True, dict(r.composition), {"build": cost, "read": 0})
+
+
+def summary_a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
+    """Summary+A-Mem: a running summary in up to half the allowance, A-Mem's raw notes in the rest."""
+    amem, amem_cost = _amem(ctx)
+    summary, cost = _built(ctx, "summary", lambda ledger: Summary.build(ctx.mem.notes(), ledger, SUMMARY_WORDS))
+    counter, allowance = ctx.mem.counter, _allowance(ctx, question, budget)
+    head = f"[summary of the history] {summary.text}"
+    ids = counter.encode(head)[: int(SUMMARY_SHARE * allowance)]
+    head = counter.decode(ids).rstrip("\ufffd") if ids else ""
+    used = counter.count(head) + 1 if head else 0
+    order = amem.order(ctx.mem.query_vector(question), ctx.spans())
+    raw = _raw_units(ctx, _fit(ctx, order, allowance - used))
+    lines = ([head] if head else []) + ([raw.text] if raw.text else [])
+    out = _fits(ctx, lines, allowance)
+    return Output(out.text, out.tokens, True, out.composition, {"build": amem_cost + cost, "read": 0})
+
+
+def afm(ctx: MethodContext, question: str, budget: int, thresholds: tuple[float, float] = AFM_THRESHOLDS) -> Output:
+    """AFM: each unit full, compressed or a placeholder by its score, packed oldest first, each falling
+    back to the next form when it does not fit."""
+    memory, cost = _built(ctx, "afm", lambda ledger: AFM.build(ctx.mem.notes(), ledger))
+    counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
+    scores = memory.scores(ctx.mem.query_vector(question), ctx.spans(), AFM_HALF_LIFE)
+    lines, used = [], 0
+    for i, note in enumerate(notes):
+        forms = [
+            fmt.raw_block(note),
+            f"[{note.label} · {fmt.when(note)} · compressed] {memory.compressed[i]}",
+            f"[{note.label} · {fmt.when(note)} · placeholder]",
+        ]
+        start = 0 if scores[i] >= thresholds[0] else 1 if scores[i] >= thresholds[1] else 2
+        for form in forms[start:]:
+            size = counter.count(form) + 1
+            if used + size <= allowance:
+                lines.append(form)
+                used += size
+                break
+    out = _fits(ctx, lines, allowance)
+    return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": 0})
+
+
+def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
+    """ReadAgent: every unit's gist in time order; the pages one LLM call picks are shown raw instead,
+    in the order picked, while they fit (when the gists alone do not fit, the newest that fit stay)."""
+    memory, cost = _built(ctx, "readagent", lambda ledger: ReadAgent.build(ctx.mem.notes(), ledger))
+    ledger = _ledger(ctx)
+    before = ledger.tokens["read"]
+    picked = memory.pick(question, ledger)
+    read = ledger.tokens["read"] - before
+    counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
+    gist = [f"[{n.label} · {fmt.when(n)} · gist] {memory.gists[i]}" for i, n in enumerate(notes)]
+    sizes = [counter.count(g) + 1 for g in gist]
+    keep, used = [], 0
+    for i in range(len(notes) - 1, -1, -1):  # the newest gists that fit
+        if used + sizes[i] <= allowance:
+            keep.append(i)
+            used += sizes[i]
+    shown = {i: gist[i] for i in keep}
+    for i in picked:  # raw text replaces a gist while it fits
+        raw = fmt.raw_block(notes[i])
+        extra = counter.count(raw) + 1 - (sizes[i] if i in shown else 0)
+        if used + extra <= allowance:
+            shown[i] = raw
+            used += extra
+    out = _fits(ctx, [shown[i] for i in sorted(shown)], allowance)
+    return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
+
+
+BASELINE_METHODS = {
+    "a-mem": a_mem,
+    "a-mem-fod": a_mem_fod,
+    "summary-a-mem": summary_a_mem,
+    "afm": afm,
+    "readagent": readagent,
+}

@@ -1,0 +1,85 @@
+"""The LLM-built baselines with the deterministic stand-in model: the logic of each, its budget, its bill."""
+
+import pytest
+
+import flexamem as fm
+from flexamem.baselines import Ledger, StandInModel
+from flexamem.baselines.memories import AMem
+from flexamem.baselines.reader import BASELINE_METHODS, afm
+from flexamem.eval.methods import MethodContext
+from flexamem.eval.reader import READER_PROMPT
+
+SESSIONS = [
+    ("s1", "1 May 2024", "Ana: I adopted a beagle named Biscuit from the Lisbon shelter."),
+    ("s2", "3 May 2024", "Ana: Biscuit chewed my running shoes, the blue Asics ones."),
+    ("s3", "9 May 2024", "Ana: The hotel refund of 212 euros goes to my Visa ending 4417."),
+    ("s4", "12 May 2024", "Ana: Marathon training: 18 km on Sunday, my knee hurts a bit."),
+    ("s5", "20 May 2024", "Ana: Biscuit passed puppy school, the trainer is called Marta."),
+    ("s6", "2 June 2024", "Ana: Booked flight TP1351 to Porto for the 14th, seat 12C."),
+]
+
+
+def context() -> MethodContext:
+    mem = fm.Memory(":memory:", settings=fm.Settings(one_unit_per_session=True))
+    for sid, date, line in SESSIONS:
+        speaker, text = line.split(": ", 1)
+        turns = [{"speaker": speaker, "text": text}] + [
+            {"speaker": "Bo", "text": f"Filler line {i} about the weather."} for i in range(12)
+        ]
+        mem.add_session(turns, session_id=sid, date=date)
+    ctx = MethodContext(mem, READER_PROMPT)
+    ctx.extra["baseline_model"] = StandInModel()
+    return ctx
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_METHODS))
+def test_every_baseline_fits_its_budget_and_reports_its_tokens(name: str) -> None:
+    ctx = context()
+    method = BASELINE_METHODS[name]
+    for budget in (250, 600, 4000):
+        question = "Which card gets the hotel refund?"
+        out = method(ctx, question, budget)
+        allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(question))
+        assert out.tokens == ctx.mem.counter.count(out.text) <= allowance
+        assert out.llm_tokens["build"] > 0
+    assert "4417" in method(ctx, "Which card gets the hotel refund?", 4000).text
+
+
+def test_a_mem_links_evolves_and_searches() -> None:
+    ctx = context()
+    ledger = Ledger(StandInModel())
+    amem = AMem.build(ctx.mem, ledger)
+    assert any(amem.links) and ledger.calls["build"] > len(SESSIONS)  # notes, links and evolution calls
+    order = amem.order(ctx.mem.query_vector("What is the name of Ana's beagle?"), ctx.spans())
+    assert order[0] in (0, 1, 4) and sorted(order) == list(range(len(SESSIONS)))
+
+
+def test_a_mem_fod_degrades_where_a_mem_drops() -> None:
+    ctx = context()
+    question = "Which card gets the hotel refund?"
+    plain, fod = BASELINE_METHODS["a-mem"](ctx, question, 400), BASELINE_METHODS["a-mem-fod"](ctx, question, 400)
+    assert "4417" in fod.text and fod.composition["records"] + fod.composition["merged"] > 0  # with a timeline
+    assert plain.composition.get("records", 0) == 0 and plain.composition["raw"] > 0  # raw notes only
+    assert fod.llm_tokens["build"] == plain.llm_tokens["build"]  # one A-Mem, built once
+
+
+def test_summary_a_mem_and_readagent_show_their_own_forms() -> None:
+    ctx = context()
+    assert BASELINE_METHODS["summary-a-mem"](ctx, "Which flight?", 600).text.startswith("[summary of the history]")
+    out = BASELINE_METHODS["readagent"](ctx, "Which flight did Ana book to Porto?", 600)
+    assert "· gist]" in out.text and "TP1351 to Porto" in out.text and out.llm_tokens["read"] > 0
+
+
+def test_afm_thresholds_pick_the_forms() -> None:
+    ctx = context()
+    question = "Which card gets the hotel refund?"
+    assert afm(ctx, question, 8000, thresholds=(9.0, 9.0)).text.count("· placeholder]") == len(SESSIONS)
+    assert afm(ctx, question, 8000, thresholds=(9.0, -1.0)).text.count("· compressed]") == len(SESSIONS)
+    assert "· raw]" in afm(ctx, question, 8000, thresholds=(-1.0, -1.0)).text
+
+
+def test_without_a_model_the_baselines_say_what_is_missing() -> None:
+    ctx = context()
+    del ctx.extra["baseline_model"]
+    with pytest.raises(fm.FlexaMemError, match="need a model"):
+        BASELINE_METHODS["a-mem"](ctx, "q", 500)
