@@ -1,0 +1,45 @@
+"""Each LLM-built baseline end to end with the real local model (llama.cpp, Qwen2.5-Coder 0.5B) on a short
+history: it builds, stays within the budget on every rendering, and reports its model tokens."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import flexamem as fm
+from flexamem.baselines.reader import BASELINE_METHODS
+from flexamem.eval.methods import MethodContext
+from flexamem.eval.reader import READER_PROMPT
+from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+
+WHY_NOT = local_server_available()
+REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT))]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    if WHY_NOT is not None:
+        pytest.fail(WHY_NOT)
+    with LocalServer(local_model_path()) as s:
+        yield s
+
+
+def test_every_baseline_with_the_local_model(server: LocalServer, tmp_path: Path) -> None:
+    mem = fm.Memory(":memory:", settings=fm.Settings(one_unit_per_session=True))
+    mem.add_session([{"speaker": "Ana", "text": "I adopted a beagle named Biscuit in Lisbon."}], session_id="s1")
+    mem.add_session([{"speaker": "Ana", "text": "The hotel refund of 212 euros goes to my Visa ending 4417."}])
+    mem.add_session([{"speaker": "Ana", "text": "I booked flight TP1351 to Porto, seat 12C."}])
+    ctx = MethodContext(mem, READER_PROMPT)
+    ctx.extra["baseline_model"] = server.client("local", cache=tmp_path / "cache.db", concurrency=1, timeout=300)
+    question = "Which card gets the hotel refund?"
+    for name, method in BASELINE_METHODS.items():
+        for budget in (300, 1200):
+            out = method(ctx, question, budget)
+            allowance = mem.allowance(budget, mem.counter.count(READER_PROMPT) + mem.counter.count(question))
+            assert out.tokens == mem.counter.count(out.text) <= allowance, name
+            assert out.llm_tokens["build"] > 0, name
+    assert BASELINE_METHODS["readagent"](ctx, "Where does Ana fly?", 1200).llm_tokens["read"] > 0
