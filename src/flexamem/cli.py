@@ -6,6 +6,7 @@ Plain argparse (no extra dependency); every command works offline on the embedde
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -164,6 +165,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     by_group = args.ci_over == "conversations"
     if args.limit:
         histories = histories[: args.limit]
+    if args.questions:
+        histories = [dataclasses.replace(h, questions=h.questions[: args.questions]) for h in histories]
     problems = [p for h in histories for p in h.problems]
     for p in problems:
         print(f"flexamem: skipped {p}", file=sys.stderr)
@@ -303,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial)",
     )
     p.add_argument("--limit", type=int, default=0, help="only the first N histories")
+    p.add_argument("--questions", type=int, default=0, help="locomo/longmemeval: only the first N questions of each")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument(
         "--ci-over", choices=["questions", "conversations"], default="questions", help="what the bootstrap resamples"

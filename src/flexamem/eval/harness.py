@@ -251,6 +251,17 @@ def summarise(
                         "ci_high": hi,
                     }
                 )
+        billed = [r["llm_tokens"] for r in rs if r.get("llm_tokens")]
+        if billed:  # LLM-built baselines: model tokens to build a history's memory, and per question
+            builds = {r["group"]: r["llm_tokens"]["build"] for r in rs if r.get("llm_tokens")}
+            for name, value in (
+                ("llm_build_tokens_per_history", sum(builds.values()) / len(builds)),
+                ("llm_read_tokens_per_question", sum(b["read"] for b in billed) / len(billed)),
+            ):
+                results.append(
+                    {"method": method, "budget": budget, "measure": name, "value": value, "n": len(billed),
+                     "ci_low": None, "ci_high": None}
+                )  # fmt: skip
         results.append(
             {
                 "method": method,
@@ -267,6 +278,7 @@ def summarise(
     (out / "comparisons.json").write_text(json.dumps(comparisons, indent=1))
     names = {str(r["measure"]) for r in results}
     shown = [*measures, *sorted(n for n in names if n.split(":")[0] in PER_CATEGORY and ":" in n)]
+    shown += [n for n in ("llm_build_tokens_per_history", "llm_read_tokens_per_question") if n in names]
     (out / "results.md").write_text(markdown(results, comparisons, shown, paired))
     return results
 
@@ -371,8 +383,8 @@ def markdown(
                 r = value.get((m, b, name))
                 if r is None:
                     cells.append("")
-                elif name in ("tokens", "latency_ms"):
-                    cells.append(f"{r['value']:.1f}")
+                elif name in ("tokens", "latency_ms") or r["ci_low"] is None:
+                    cells.append(f"{r['value']:,.1f}")
                 else:
                     cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")

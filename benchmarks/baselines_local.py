@@ -1,0 +1,51 @@
+"""The LLM-built baselines on LoCoMo development data with the local llama.cpp model (prints the table).
+
+Starts the local model's server (scripts/setup_local_llm.sh installs it), points FLEXAMEM_LLM_* at it,
+and runs ``flexamem eval locomo`` on the first conversation for the baselines beside FlexA-Mem, with a
+response cache so a rerun costs nothing. With a stronger endpoint, run the printed command yourself.
+
+    python benchmarks/baselines_local.py [--questions 40] [--out results/baselines-local]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import time
+from pathlib import Path
+
+from flexamem.cli import main as flexamem
+from flexamem.eval.conversation_data import default_path
+from flexamem.llm.local import LocalServer, local_model_path
+
+METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,auto,unit-recovery,piece-recovery,unit-retrieval"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(default_path()))
+    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--budgets", default="2048,4096,8192")
+    parser.add_argument("--out", default="results/baselines-local")
+    args = parser.parse_args()
+    command = [
+        "eval", "locomo", "--data", args.data, "--limit", "1", "--questions", str(args.questions),
+        "--methods", METHODS, "--budgets", args.budgets, "--out", args.out, "--resamples", "2000",
+    ]  # fmt: skip
+    print("with a stronger endpoint: FLEXAMEM_LLM_BASE_URL=... FLEXAMEM_LLM_MODEL=... flexamem", shlex.join(command))
+    cache = Path(args.out) / "llm-cache.db"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with LocalServer(local_model_path(), n_ctx=8192) as server:
+        os.environ.update(
+            FLEXAMEM_LLM_BASE_URL=server.base_url,
+            FLEXAMEM_LLM_MODEL="qwen2.5-coder-0.5b-instruct",
+            FLEXAMEM_LLM_CACHE=str(cache),
+        )
+        start = time.perf_counter()
+        code = flexamem(command)
+        print(f"done in {time.perf_counter() - start:.0f} s (exit {code})")
+
+
+if __name__ == "__main__":
+    main()
