@@ -289,7 +289,9 @@ class AgentSession:
     def messages(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> list[Message]:
         return self.context(options, mode).messages
 
-    def context(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
+    def context(
+        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[int] | None = None
+    ) -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
         ``mode`` is ``"auto"`` (the default: pieces ranked by stemmed BM25 against the task with the
@@ -302,14 +304,14 @@ class AgentSession:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
         if options is not None and not isinstance(options, RenderOptions):
             raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
-        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions())
+        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions(), tuple(order or ()))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
-        context = self._context(options, mode)
+        context = self._context(options, mode, order)
         self._last = (key, context)
         return context
 
-    def _context(self, options: RenderOptions | None, mode: str) -> AgentContext:
+    def _context(self, options: RenderOptions | None, mode: str, order: Sequence[int] | None = None) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -341,7 +343,7 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
             return self._cut_newest(fixed, ceiling, first)
-        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode)
+        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=order)
         messages = list(fixed)
         if rendering.text:
             messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})
@@ -374,7 +376,15 @@ class AgentSession:
         return self._newest_vector[1]
 
     def _render(
-        self, allowance: int, reference: int, n: int, options: RenderOptions, mode: str, *, keep_spans: bool = True
+        self,
+        allowance: int,
+        reference: int,
+        n: int,
+        options: RenderOptions,
+        mode: str,
+        *,
+        keep_spans: bool = True,
+        order: Sequence[int] | None = None,
     ) -> Rendering:
         mem = self.core
         newest = self.newest_text()
@@ -384,6 +394,7 @@ class AgentSession:
             excerpt_terms=query_terms(newest),
             vector=lambda: self.query_vector(newest),
             agent=True,
+            order=order,
         )
         spans = self._spans
         renderer = mem.renderer

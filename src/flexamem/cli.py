@@ -219,7 +219,8 @@ def cmd_eval_trajectories(args: argparse.Namespace) -> int:
         trajs = trajs[: args.limit]
     methods = [m.strip() for m in (args.methods or AGENT_METHODS).split(",") if m.strip()]
     budgets = [int(b) for b in (args.budgets or "2048,3072,4096").split(",")]
-    run_trajectories(trajs, methods, budgets, out, part=args.budget_part, progress=not args.quiet)
+    model = baseline_model_from_args(args, methods)
+    run_trajectories(trajs, methods, budgets, out, part=args.budget_part, progress=not args.quiet, baseline_model=model)
     summarise_trajectories(out, resamples=args.resamples)
     import json
 
@@ -279,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
     p.add_argument(
         "--methods",
-        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); LLM-built baselines (locomo and "
-        f"longmemeval; they need an endpoint or --stand-in): {','.join(BASELINE_METHODS)}; auto's ablations: "
+        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); LLM-built baselines (every "
+        f"dataset; they need an endpoint or --stand-in): {','.join(BASELINE_METHODS)}; auto's ablations: "
         + ",".join(n for n in AUTO_ABLATIONS if n != "auto")
         + " (trajectories: "
         + ",".join(n for n in AGENT_AUTO_ABLATIONS if n != "auto")

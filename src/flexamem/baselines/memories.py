@@ -15,6 +15,7 @@ from flexamem.baselines import prompts
 from flexamem.baselines.ledger import Ledger
 from flexamem.memory import Memory
 from flexamem.notes import Note
+from flexamem.write.embed import Embedder
 
 NEIGHBOURS = 5  # A-Mem: earlier notes offered to the link call (guess; A-Mem uses top-k by embedding)
 
@@ -43,53 +44,58 @@ class AMem:
     links: list[set[int]] = field(default_factory=list)
     meta_vectors: np.ndarray | None = None
 
+    _vectors: list[np.ndarray] = field(default_factory=list)
+
     @classmethod
     def build(cls, mem: Memory, ledger: Ledger) -> AMem:
         amem = cls()
-        vectors: list[np.ndarray] = []
         for note in mem.notes():
-            got = ledger.ask_json(prompts.NOTE.format(raw=note.raw), "build", {}, max_tokens=200)
-            new = AMemNote(
-                _strings(got.get("keywords"), 8) or list(note.fields.keywords[:8]),
-                _strings(got.get("tags"), 5),
-                str(got.get("context") or note.record)[:500],
-            )
-            v = mem.embedder.embed([new.text()])[0]
-            i = len(amem.notes)
-            amem.notes.append(new)
-            amem.links.append(set())
-            if vectors:
-                sims = np.stack(vectors) @ v
-                near = [int(j) for j in np.argsort(-sims)[:NEIGHBOURS]]
-                listing = "\n".join(f"[{j}] {amem.notes[j].text()}" for j in near)
-                chosen = ledger.ask_json(
-                    prompts.LINKS.format(note=new.text(), candidates=listing), "build", {"links": []}, max_tokens=60
-                )
-                linked = [j for j in _ints(chosen.get("links")) if j in near]
-                for j in linked:
-                    amem.links[i].add(j)
-                    amem.links[j].add(i)
-                if linked:  # memory evolution: the new note rewrites its neighbours' attributes
-                    listing = "\n".join(f"[{j}] {amem.notes[j].text()}" for j in linked)
-                    evolved = ledger.ask_json(
-                        prompts.EVOLVE.format(note=new.text(), linked=listing), "build", {"updates": []}, max_tokens=300
-                    )
-                    for u in evolved.get("updates") or []:
-                        k = _int(u.get("id")) if isinstance(u, dict) else None
-                        if k is not None and k in linked:
-                            old = amem.notes[k]
-                            tags = _strings(u.get("tags"), 5) or old.tags
-                            amem.notes[k] = AMemNote(old.keywords, tags, str(u.get("context") or old.context))
-                            vectors[k] = mem.embedder.embed([amem.notes[k].text()])[0]
-            vectors.append(v)
-        amem.meta_vectors = np.stack(vectors) if vectors else np.zeros((0, 384), dtype=np.float32)
+            amem.add(note, mem.embedder, ledger)
         return amem
+
+    def add(self, note: Note, embedder: Embedder, ledger: Ledger) -> None:
+        """Write the next unit's note, link it and let it evolve its neighbours (A-Mem's write path)."""
+        got = ledger.ask_json(prompts.NOTE.format(raw=note.raw), "build", {}, max_tokens=200)
+        new = AMemNote(
+            _strings(got.get("keywords"), 8) or list(note.fields.keywords[:8]),
+            _strings(got.get("tags"), 5),
+            str(got.get("context") or note.record)[:500],
+        )
+        v = embedder.embed([new.text()])[0]
+        i = len(self.notes)
+        self.notes.append(new)
+        self.links.append(set())
+        if self._vectors:
+            sims = np.stack(self._vectors) @ v
+            near = [int(j) for j in np.argsort(-sims)[:NEIGHBOURS]]
+            listing = "\n".join(f"[{j}] {self.notes[j].text()}" for j in near)
+            chosen = ledger.ask_json(
+                prompts.LINKS.format(note=new.text(), candidates=listing), "build", {"links": []}, max_tokens=60
+            )
+            linked = [j for j in _ints(chosen.get("links")) if j in near]
+            for j in linked:
+                self.links[i].add(j)
+                self.links[j].add(i)
+            if linked:  # memory evolution: the new note rewrites its neighbours' attributes
+                listing = "\n".join(f"[{j}] {self.notes[j].text()}" for j in linked)
+                evolved = ledger.ask_json(
+                    prompts.EVOLVE.format(note=new.text(), linked=listing), "build", {"updates": []}, max_tokens=300
+                )
+                for u in evolved.get("updates") or []:
+                    k = _int(u.get("id")) if isinstance(u, dict) else None
+                    if k is not None and k in linked:
+                        old = self.notes[k]
+                        tags = _strings(u.get("tags"), 5) or old.tags
+                        self.notes[k] = AMemNote(old.keywords, tags, str(u.get("context") or old.context))
+                        self._vectors[k] = embedder.embed([self.notes[k].text()])[0]
+        self._vectors.append(v)
+        self.meta_vectors = np.stack(self._vectors)
 
     def order(self, query_vector: np.ndarray, spans: list[np.ndarray]) -> list[int]:
         """Units in A-Mem's search order: the best of the metadata and raw-span similarities (guess:
         A-Mem's two indexes fused by taking the max), ties to the older unit."""
-        assert self.meta_vectors is not None
-        meta = self.meta_vectors @ query_vector if len(self.meta_vectors) else np.zeros(0)
+        vectors = self.meta_vectors
+        meta = vectors @ query_vector if vectors is not None and len(vectors) else np.zeros(0)
         raw = np.array([float((s @ query_vector).max()) if len(s) else -1.0 for s in spans])
         best = np.maximum(meta, raw) if len(meta) else raw
         return [int(i) for i in np.lexsort((np.arange(len(best)), -best))]
@@ -117,12 +123,13 @@ class Summary:
     def build(cls, notes: list[Note], ledger: Ledger, words: int) -> Summary:
         summary = cls()
         for note in notes:
-            summary.text = ledger.ask(
-                prompts.SUMMARY.format(words=words, summary=summary.text or "(empty)", raw=note.raw),
-                "build",
-                max_tokens=int(words * 1.6),
-            )
+            summary.add(note, ledger, words)
         return summary
+
+    def add(self, note: Note, ledger: Ledger, words: int) -> None:
+        """Fold the next unit into the summary."""
+        prompt = prompts.SUMMARY.format(words=words, summary=self.text or "(empty)", raw=note.raw)
+        self.text = ledger.ask(prompt, "build", max_tokens=int(words * 1.6))
 
 
 IMPORTANCE = {"high": 1.0, "medium": 0.6, "low": 0.3}  # guess: AFM's labels as weights
@@ -139,12 +146,16 @@ class AFM:
 
     @classmethod
     def build(cls, notes: list[Note], ledger: Ledger) -> AFM:
-        importance, compressed = [], []
+        afm = cls([], [])
         for note in notes:
-            label = ledger.ask(prompts.IMPORTANCE.format(raw=note.raw), "build", max_tokens=5).lower()
-            importance.append(next((w for k, w in IMPORTANCE.items() if k in label), IMPORTANCE["medium"]))
-            compressed.append(ledger.ask(prompts.COMPRESS.format(raw=note.raw), "build", max_tokens=160))
-        return cls(importance, compressed)
+            afm.add(note, ledger)
+        return afm
+
+    def add(self, note: Note, ledger: Ledger) -> None:
+        """Label and compress the next unit (once)."""
+        label = ledger.ask(prompts.IMPORTANCE.format(raw=note.raw), "build", max_tokens=5).lower()
+        self.importance.append(next((w for k, w in IMPORTANCE.items() if k in label), IMPORTANCE["medium"]))
+        self.compressed.append(ledger.ask(prompts.COMPRESS.format(raw=note.raw), "build", max_tokens=160))
 
     def scores(self, query_vector: np.ndarray, spans: list[np.ndarray], half_life: float) -> list[float]:
         n = len(spans)
@@ -161,12 +172,15 @@ class ReadAgent:
 
     @classmethod
     def build(cls, notes: list[Note], ledger: Ledger, words: int = 60) -> ReadAgent:
-        return cls(
-            [
-                ledger.ask(prompts.GIST.format(words=words, page=i, raw=note.raw), "build", max_tokens=words * 2)
-                for i, note in enumerate(notes)
-            ]
-        )
+        agent = cls([])
+        for note in notes:
+            agent.add(note, ledger, words)
+        return agent
+
+    def add(self, note: Note, ledger: Ledger, words: int = 60) -> None:
+        """The next page's gist."""
+        prompt = prompts.GIST.format(words=words, page=len(self.gists), raw=note.raw)
+        self.gists.append(ledger.ask(prompt, "build", max_tokens=words * 2))
 
     def pick(self, question: str, ledger: Ledger, k: int = 5) -> list[int]:
         gists = "\n".join(f"[{i}] {g}" for i, g in enumerate(self.gists))

@@ -7,10 +7,12 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from flexamem.baselines.agent import AGENT_BASELINES
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.harness import Progress, load_rows, summarise
 from flexamem.eval.replay import AGENT_METHODS, effective_budget, measure_step, replay
 from flexamem.eval.trajectories import Trajectory
+from flexamem.llm.client import ChatModel
 from flexamem.tokens import counter
 
 AGENT_MEASURES = ("detail_recall", "trace_coverage", "repeat_visible", "tokens", "latency_ms")
@@ -24,10 +26,14 @@ def run_trajectories(
     *,
     part: str = "context",
     progress: bool = True,
+    baseline_model: ChatModel | None = None,
 ) -> Path:
-    unknown = [m for m in methods if m not in AGENT_METHODS]
+    """Replay every trajectory through every method at every budget (resumable); the LLM-built
+    baselines build their memories with ``baseline_model`` and their rows carry ``llm_tokens``."""
+    known = {*AGENT_METHODS, *AGENT_BASELINES}
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(AGENT_METHODS)}")
+        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(known)}")
     if part not in ("context", "history"):
         raise InvalidInputError("budget part must be 'context' or 'history'")
     out.mkdir(parents=True, exist_ok=True)
@@ -48,9 +54,11 @@ def run_trajectories(
                 if not traj.steps:
                     raise InvalidInputError(f"trajectory {traj.traj_id} has no steps")
                 b = effective_budget(traj, budget, part, counter())
-                for step, ctx, m, latency in replay(traj, method, b):
+                built = 0
+                for step, ctx, m, latency in replay(traj, method, b, baseline_model):
                     if ctx is None:
                         continue
+                    bill = getattr(m, "ledger", None)
                     row = {
                         "item": f"{traj.traj_id}#{step}",
                         "group": traj.traj_id,
@@ -60,6 +68,9 @@ def run_trajectories(
                         **measure_step(traj, step, ctx, m),
                         "latency_ms": latency,
                     }
+                    if bill is not None:  # the trajectory's build so far, and this call's reads
+                        row["llm_tokens"] = {"build": bill.tokens["build"], "read": bill.tokens["read"] - built}
+                        built = bill.tokens["read"]
                     rows.write(json.dumps(row) + "\n")
                 finished.write(json.dumps({"group": traj.traj_id, "method": method, "budget": budget}) + "\n")
             except FlexaMemError as exc:  # one bad trajectory is reported, never fatal

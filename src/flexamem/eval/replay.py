@@ -28,6 +28,7 @@ import numpy as np
 
 from flexamem.chat import Message
 from flexamem.config import Settings
+from flexamem.errors import InvalidInputError
 from flexamem.eval.methods import score_ranks
 from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
@@ -345,9 +346,21 @@ def effective_budget(traj: Trajectory, budget: int, part: str, counter: Any) -> 
     return budget + math.ceil(messages_tokens(fixed, counter) / 0.95)
 
 
-def replay(traj: Trajectory, method: str, budget: int) -> Iterator[tuple[int, StepContext | None, Method, float]]:
-    """Yield (t, context before step t or None when memory is off, the method, latency ms)."""
-    m = AGENT_METHODS[method](traj, budget)
+def replay(
+    traj: Trajectory, method: str, budget: int, model: Any = None
+) -> Iterator[tuple[int, StepContext | None, Method, float]]:
+    """Yield (t, context before step t or None when memory is off, the method, latency ms). The
+    LLM-built baselines (``flexamem.baselines.agent``) build their memories with ``model``."""
+    if method in AGENT_METHODS:
+        m = AGENT_METHODS[method](traj, budget)
+    else:
+        from flexamem.baselines.agent import AGENT_BASELINES  # they build on this module
+
+        if method not in AGENT_BASELINES:
+            raise InvalidInputError(f"unknown method {method!r}")
+        if model is None:
+            raise InvalidInputError(f"{method} needs a model (an endpoint, or --stand-in for tests)")
+        m = AGENT_BASELINES[method](traj, budget, model)
     full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
     ceiling = m.session.core.ceiling(budget)
     for t, step in enumerate(traj.steps):

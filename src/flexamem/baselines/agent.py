@@ -1,0 +1,197 @@
+"""The LLM-built baselines as memories of the agent harness (trajectory replay).
+
+Each keeps the recent window as every method does and builds its memory of the units that left it,
+incrementally, as they are written (one note, summary update, label and compression, or gist per unit);
+the query is the task with the newest unit. The memory is one user message before the window, and the
+context never exceeds the ceiling (lines of the memory are dropped, oldest first, until it fits).
+Summary+A-Mem gives the summary 70% of the allowance here (the paper's agent setting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flexamem.baselines.ledger import Ledger
+from flexamem.baselines.memories import AFM, AMem, ReadAgent, Summary
+from flexamem.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
+from flexamem.chat import Message
+from flexamem.eval.replay import Method, StepContext
+from flexamem.eval.trajectories import Trajectory
+from flexamem.llm.client import ChatModel
+from flexamem.notes import Note
+from flexamem.render import format as fmt
+from flexamem.render.messages import message_tokens, messages_tokens
+
+HEADER = "Memory of earlier steps:\n"
+AGENT_SUMMARY_SHARE = 0.7
+
+
+class Baseline(Method):
+    """The shared part: the window, the written notes, the spans, the ledger, fitting the memory."""
+
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
+        super().__init__(traj, budget)
+        self.ledger = Ledger(model)
+        self.built = 0  # notes already folded into this baseline's memory
+        self._spans: dict[int, np.ndarray] = {}
+
+    def notes(self, first: int) -> list[Note]:
+        notes = self.session.core.notes()[:first]
+        for note in notes[self.built :]:
+            self.add(note)
+        self.built = max(self.built, len(notes))
+        return notes
+
+    def add(self, note: Note) -> None:
+        raise NotImplementedError
+
+    def spans(self, notes: list[Note]) -> list[np.ndarray]:
+        """MiniLM vectors of each note's 150-token spans (computed once per note)."""
+        s = self.session
+        for note in notes:
+            if note.seq not in self._spans:
+                offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
+                texts = [
+                    note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]]
+                    for a in range(0, len(offsets) - 1, 150)
+                ]
+                self._spans[note.seq] = s.core.embedder.embed(texts)
+        return [self._spans[n.seq] for n in notes]
+
+    def compose(self, lines: list[str], represented: set[int]) -> StepContext:
+        """Fixed prompt, one memory message of ``lines`` (oldest dropped while over the ceiling), window."""
+        fixed, _, ceiling = self.fixed()
+        units, first, window = self.window()
+        represented = represented | set(range(first, len(units)))
+
+        def build(kept: list[str]) -> list[Message]:
+            memory = [{"role": "user", "content": HEADER + "\n".join(kept)}] if kept else []
+            return [*fixed, *memory, *window]
+
+        msgs = build(lines)
+        while lines and messages_tokens(msgs, self.session.counter) > ceiling:
+            lines = lines[1:]
+            msgs = build(lines)
+        return StepContext(msgs, messages_tokens(msgs, self.session.counter), represented)
+
+    def allowance(self) -> int:
+        fixed, _, ceiling = self.fixed()
+        _, _, window = self.window()
+        overhead = message_tokens({"role": "user", "content": HEADER}, self.session.counter) + 1
+        return ceiling - messages_tokens([*fixed, *window], self.session.counter) - overhead
+
+    def raw_fit(self, notes: list[Note], order: list[int], allowance: int) -> list[int]:
+        counter, chosen, used = self.session.counter, [], 0
+        for seq in order:
+            size = counter.count(fmt.raw_block(notes[seq])) + 1
+            if used + size <= allowance:
+                chosen.append(seq)
+                used += size
+        return sorted(chosen)
+
+
+class AMemAgent(Baseline):
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel, fod: bool = False, summary: bool = False):
+        super().__init__(traj, budget, model)
+        self.amem, self.fod, self.summary = AMem(), fod, Summary() if summary else None
+
+    def add(self, note: Note) -> None:
+        self.amem.add(note, self.session.core.embedder, self.ledger)
+        if self.summary is not None:
+            self.summary.add(note, self.ledger, SUMMARY_WORDS)
+
+    def context(self) -> StepContext:
+        _, first, _ = self.window()
+        notes = self.notes(first)
+        if not notes:
+            return self.compose([], set())
+        order = self.amem.order(self.session.query_vector(), self.spans(notes))
+        if self.fod:  # A-Mem's order through FlexA-Mem's unit recovery (timeline + fit-or-degrade)
+            ctx = self.session.context(mode="units", order=order)
+            shown = {v.seq for v in ctx.memory.shown if v.resolution != "hidden"} if ctx.memory else set()
+            return StepContext(ctx.messages, ctx.tokens, shown | set(ctx.window_units))
+        allowance, lines = self.allowance(), []
+        if self.summary is not None and self.summary.text:
+            counter = self.session.counter
+            ids = counter.encode(f"[summary] {self.summary.text}")[: int(AGENT_SUMMARY_SHARE * allowance)]
+            if ids:
+                lines.append(counter.decode(ids).rstrip("\ufffd"))
+                allowance -= counter.count(lines[0]) + 1
+        chosen = self.raw_fit(notes, order, allowance)
+        lines += [fmt.raw_block(notes[s]) for s in chosen]
+        return self.compose(lines, set(chosen))
+
+
+class AFMAgent(Baseline):
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
+        super().__init__(traj, budget, model)
+        self.afm = AFM([], [])
+
+    def add(self, note: Note) -> None:
+        self.afm.add(note, self.ledger)
+
+    def context(self) -> StepContext:
+        _, first, _ = self.window()
+        notes = self.notes(first)
+        scores = self.afm.scores(self.session.query_vector(), self.spans(notes), AFM_HALF_LIFE)
+        counter, allowance, lines, used, shown = self.session.counter, self.allowance(), [], 0, set()
+        for i, note in enumerate(notes):  # oldest first, each falling back to the next form
+            forms = [
+                fmt.raw_block(note),
+                f"[{note.label} · {fmt.when(note)} · compressed] {self.afm.compressed[i]}",
+                f"[{note.label} · {fmt.when(note)} · placeholder]",
+            ]
+            start = 0 if scores[i] >= AFM_THRESHOLDS[0] else 1 if scores[i] >= AFM_THRESHOLDS[1] else 2
+            for form in forms[start:]:
+                size = counter.count(form) + 1
+                if used + size <= allowance:
+                    lines.append(form)
+                    used += size
+                    shown.add(i)
+                    break
+        return self.compose(lines, shown)
+
+
+class ReadAgentAgent(Baseline):
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
+        super().__init__(traj, budget, model)
+        self.reader = ReadAgent([])
+
+    def add(self, note: Note) -> None:
+        self.reader.add(note, self.ledger)
+
+    def context(self) -> StepContext:
+        _, first, _ = self.window()
+        notes = self.notes(first)
+        if not notes:
+            return self.compose([], set())
+        s = self.session
+        question = s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
+        picked = self.reader.pick(question, self.ledger)  # one model call per agent call
+        counter, allowance = s.counter, self.allowance()
+        gist = [f"[{n.label} · {fmt.when(n)} · gist] {self.reader.gists[i]}" for i, n in enumerate(notes)]
+        sizes = [counter.count(g) + 1 for g in gist]
+        shown: dict[int, str] = {}
+        used = 0
+        for i in range(len(notes) - 1, -1, -1):
+            if used + sizes[i] <= allowance:
+                shown[i] = gist[i]
+                used += sizes[i]
+        for i in picked:
+            raw = fmt.raw_block(notes[i])
+            extra = counter.count(raw) + 1 - (sizes[i] if i in shown else 0)
+            if used + extra <= allowance:
+                shown[i] = raw
+                used += extra
+        return self.compose([shown[i] for i in sorted(shown)], set(shown))
+
+
+AGENT_BASELINES: dict[str, Callable[[Trajectory, int, ChatModel], Method]] = {
+    "a-mem": lambda t, b, m: AMemAgent(t, b, m),
+    "a-mem-fod": lambda t, b, m: AMemAgent(t, b, m, fod=True),
+    "summary-a-mem": lambda t, b, m: AMemAgent(t, b, m, summary=True),
+    "afm": AFMAgent,
+    "readagent": ReadAgentAgent,
+}

@@ -1,0 +1,55 @@
+"""The LLM-built baselines in the agent harness (trajectory replay) with the stand-in model."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import flexamem as fm
+from flexamem.baselines import StandInModel
+from flexamem.baselines.agent import AGENT_BASELINES
+from flexamem.chat import chat_problems
+from flexamem.eval.agent_harness import run_trajectories
+from flexamem.eval.replay import replay
+from flexamem.eval.trajectories import Trajectory, from_messages
+
+
+def trajectory(steps: int = 24) -> Trajectory:
+    messages = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": "Refund #W4417"}]
+    for i in range(steps):
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "get_item", "arguments": json.dumps({"item": f"IT-{1000 + i}"})},
+        }
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append(
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"item IT-{1000 + i}: price {i * 7} " + "ok " * 60}
+        )
+    return from_messages("t1", messages)
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_BASELINES))
+def test_agent_baselines_stay_within_the_ceiling(name: str) -> None:
+    traj = trajectory()
+    model = StandInModel()
+    active = 0
+    for _, ctx, m, _ in replay(traj, name, 1500, model):
+        if ctx is None:
+            continue
+        active += 1
+        assert ctx.tokens <= m.session.core.ceiling(1500)
+        assert chat_problems(ctx.messages) == []
+    assert active > 5
+    assert m.ledger.tokens["build"] > 0  # type: ignore[attr-defined]
+
+
+def test_agent_harness_rows_carry_the_bill(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_trajectories([trajectory()], ["readagent", "auto"], [1500], out, progress=False, baseline_model=StandInModel())
+    rows = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    read = [r for r in rows if r["method"] == "readagent"]
+    assert read and all(r["llm_tokens"]["read"] > 0 for r in read)
+    assert all("llm_tokens" not in r for r in rows if r["method"] == "auto")
+    with pytest.raises(fm.FlexaMemError, match="needs a model"):
+        next(iter(replay(trajectory(), "a-mem", 1500)))
