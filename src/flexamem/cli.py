@@ -274,7 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress")
     add_writer_arguments(p)
     p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser("eval", help="fact recall on conversations, or agent memory on trajectories")
+    p = sub.add_parser(
+        "eval",
+        help="fact recall on conversations, or agent memory on trajectories",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="methods by dataset (--methods):\n"
+        f"  locomo, longmemeval: {QA_METHODS.replace(',', ', ')}\n"
+        f"  trajectories:        {AGENT_METHODS.replace(',', ', ')}\n"
+        f"  LLM-built baselines (every dataset; an endpoint or --stand-in): {', '.join(BASELINE_METHODS)}",
+    )
     p.add_argument("dataset", choices=["locomo", "longmemeval", "trajectories"])
     p.add_argument("--data", required=True, help="path to the data file")
     p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
