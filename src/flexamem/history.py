@@ -24,6 +24,7 @@ class History:
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.notes: list[Note] = []
+        self.raw_upto: list[int] = [0]  # raw tokens of notes 0..n-1, for every n
         self._embeddings = np.zeros((16, dim), dtype=np.float32)  # grown by doubling
         self.links: list[list[int]] = []
         self.index = BM25Index()
@@ -39,7 +40,8 @@ class History:
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._turns: dict[object, dict[str, frozenset[int]]] = {}  # render-side counts of short fixed strings (headers)
+        self._turns: dict[object, dict[str, frozenset[int]]] = {}
+        self._floors: dict[object, list[int]] = {}  # render-side counts of short fixed strings (headers)
 
     def __len__(self) -> int:
         return len(self.notes)
@@ -57,6 +59,7 @@ class History:
             if note.seq != len(self.notes):
                 raise ValueError(f"note seq {note.seq} out of order (expected {len(self.notes)})")
             self.notes.append(note)
+            self.raw_upto.append(self.raw_upto[-1] + note.raw_tokens)
             self.links.append([])
             self.unit_ids[note.unit_id] = note.seq
             self.doc_of.append(len(self.piece_of))
@@ -121,6 +124,16 @@ class History:
                 np.asarray(self.identifiers, dtype=np.float64),
             )
         return cached
+
+    def piece_cost_floor(self, mark: int) -> list[int]:
+        """Per BM25 doc, the least a piece can add to a pieces section: its line, label and newline,
+        less one omission mark (adding a piece removes at most one). Cached and extended with the docs."""
+        key = ("cost-floor", mark)
+        floor: list[int] = self._floors.setdefault(key, [])
+        for doc in range(len(floor), len(self.piece_of)):
+            piece = self.piece(doc)[1]
+            floor.append(piece.tokens + piece.label_tokens + 1 - mark)
+        return floor
 
     def turn_pieces(self, seq: int) -> dict[str, frozenset[int]]:
         """Piece indexes of each turn (by source id) of note ``seq`` (computed once)."""

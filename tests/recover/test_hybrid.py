@@ -196,3 +196,14 @@ def test_identifier_prior_lifts_pieces_holding_ids() -> None:
     strong = hybrid_scores(h, terms, lambda: np.zeros(384), len(h), alpha=1.0, identifiers=1.0)
     assert strong[1] > strong[0]
     assert np.allclose(lifted - plain, 0.5 * np.minimum(ids, 3) / 3)
+
+
+def test_ranked_groups_match_a_full_stable_sort() -> None:
+    import numpy as np
+
+    from flexamem.recover.hybrid import TOP, _ranked_groups
+
+    rng = np.random.default_rng(3)
+    for n in (1, 10, 2 * TOP + 1, 3 * TOP, 9000):
+        scores = np.round(rng.random(n) * 40) / 10  # many ties
+        assert list(_ranked_groups(scores)) == list(np.lexsort((np.arange(n), -scores)))

@@ -19,7 +19,7 @@ is measured in docs/EVALUATION.md; the three numbers are calibrated in docs/CALI
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -89,13 +89,28 @@ def hybrid_ranking(
         lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * group_score[:-1]), lifted[1:])
         lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * group_score[1:]), lifted[:-1])
         group_score = lifted
-    order = np.lexsort((np.arange(len(starts)), -group_score))
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
-    for g in order:
+    for g in _ranked_groups(group_score):
         for d in range(int(starts[g]), int(ends[g])):
             out.append(d)
             used += history.piece(d)[1].tokens
         if used > cap:
             break
     return out
+
+
+TOP = 2048  # groups sorted first; the rest only if the room needs them (rarely)
+
+
+def _ranked_groups(scores: np.ndarray) -> Iterator[int]:
+    """Group indexes by score desc, ties to the earlier group: the order of a full stable sort, but
+    only the top ``TOP`` (with every group tying the last of them) are sorted unless more are read."""
+    if len(scores) <= 2 * TOP:
+        yield from (int(g) for g in np.lexsort((np.arange(len(scores)), -scores)))
+        return
+    threshold = np.partition(scores, len(scores) - TOP)[len(scores) - TOP]
+    head = np.flatnonzero(scores >= threshold)
+    yield from (int(g) for g in head[np.lexsort((head, -scores[head]))])
+    rest = np.flatnonzero(scores < threshold)
+    yield from (int(g) for g in rest[np.lexsort((rest, -scores[rest]))])

@@ -99,11 +99,14 @@ def select_pieces(
     that does not fit is skipped, not a stop.
     """
     mark = counter.count(fmt.OMITTED) + 1
+    floor = history.piece_cost_floor(mark)  # no piece can cost less: skip cheaply what cannot fit
     chosen: dict[int, set[int]] = {}
     used = header_tokens + 1
     for doc in ranked:
         if room - used < 4:
             break
+        if floor[doc] > room - used:
+            continue
         seq, idx = history.piece_of[doc]
         note = history.notes[seq]
         piece = note.pieces[idx]

@@ -143,10 +143,10 @@ class Renderer:
 
     # -- pass-through ------------------------------------------------------------------------------
     def _pass_through(self, n: int, allowance: int, mode: str) -> Rendering | None:
-        notes = self.history.notes[:n]
-        estimate = sum(note.raw_tokens + 12 for note in notes)
+        estimate = self.history.raw_upto[n] + 12 * n
         if estimate > allowance * 1.1:
             return None
+        notes = self.history.notes[:n]
         text = "\n".join(fmt.raw_block(note) for note in notes)
         tokens = self.counter.count(text)
         if tokens > allowance:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flexamem.history import History
 from flexamem.render import format as fmt
@@ -57,7 +57,8 @@ class Timeline:
         self._records: list[Entry] = []
         self._merged: dict[tuple[int, int, int], Entry] = {}
         self._stored: dict[tuple[int, int, int], MergedRecord] | None = None
-        self._plans: dict[tuple[tuple[int, int, int], ...], _Plan] = {}
+        self._plans: dict[object, _Plan] = {}
+        self._base: list[Entry] | None = None  # records(n) of the last n
         self.merges_written = 0
 
     def record(self, seq: int) -> Entry:
@@ -69,7 +70,10 @@ class Timeline:
         return self._records[seq]
 
     def records(self, n: int) -> list[Entry]:
-        return [self.record(i) for i in range(n)]
+        """The level-0 entries of notes ``0..n-1``: one shared list per ``n`` (callers copy, never mutate)."""
+        if self._base is None or len(self._base) != n:
+            self._base = [self.record(i) for i in range(n)]
+        return self._base
 
     def merge(self, group: Sequence[Entry]) -> Entry:
         """The merged entry for consecutive entries of one level (from cache, store or writer)."""
@@ -131,7 +135,9 @@ class Timeline:
         The sequence of merges from a given timeline does not depend on the target, so it is planned
         once per timeline (and extended on demand); a call replays the prefix its target needs.
         """
-        key = tuple((e.first, e.last, e.level) for e in entries)
+        key: object = (
+            ("records", len(entries)) if entries is self._base else tuple((e.first, e.last, e.level) for e in entries)
+        )
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) > 64:
@@ -149,10 +155,13 @@ class Timeline:
             plan.ops.append((start, stop, merged))
             plan.totals.append(plan.totals[-1] - saved)
         steps = next((k for k, t in enumerate(plan.totals) if t <= target), len(plan.totals) - 1)
-        out = list(entries)
-        for start, stop, merged in plan.ops[:steps]:
-            out[start:stop] = [merged]
-        return out
+        done = plan.results.get(steps)
+        if done is None:
+            done = list(entries)
+            for start, stop, merged in plan.ops[:steps]:
+                done[start:stop] = [merged]
+            plan.results[steps] = done
+        return list(done)
 
 
 @dataclass
@@ -163,6 +172,7 @@ class _Plan:
     totals: list[int]
     ops: list[tuple[int, int, Entry]]
     exhausted: bool = False
+    results: dict[int, list[Entry]] = field(default_factory=dict)  # the timeline after k merges
 
 
 def _next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:
@@ -185,8 +195,8 @@ def _next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:
 
 def hide_oldest(entries: list[Entry], target: float) -> tuple[list[Entry], list[Entry]]:
     """Drop the oldest entries (for this call only) until ``||T|| <= target``; returns (kept, hidden)."""
-    kept = list(entries)
-    hidden: list[Entry] = []
-    while kept and total_tokens(kept) > target:
-        hidden.append(kept.pop(0))
-    return kept, hidden
+    total, drop = total_tokens(entries), 0
+    while drop < len(entries) and total > target:
+        total -= entries[drop].tokens + (1 if drop < len(entries) - 1 else 0)
+        drop += 1
+    return list(entries[drop:]), list(entries[:drop])
