@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory
-from flexamem.notes import Note
+from flexamem.notes import note_json
 from flexamem.render.renderer import MODES
 
 
@@ -50,32 +50,6 @@ def _db(args: argparse.Namespace, *, must_exist: bool = True) -> str:
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else text)
-
-
-def note_dict(note: Note, full: bool = False) -> dict[str, Any]:
-    """A note as JSON: what ``notes`` lists, and with ``full`` the raw text and pieces too."""
-    out: dict[str, Any] = {
-        "unit_id": note.unit_id,
-        "label": note.label,
-        "kind": note.kind,
-        "session_id": note.session_id,
-        "date": note.date,
-        "record": note.record,
-        "keywords": list(note.fields.keywords),
-        "raw_tokens": note.raw_tokens,
-        "record_tokens": note.record_tokens,
-        "pieces": len(note.pieces),
-        "links": [f"u{s + 1}" for s in note.links],
-        "writer": note.writer,
-    }
-    if full:
-        out["raw"] = note.raw
-        out["fields"] = note.fields.as_text()
-        out["pieces"] = [
-            {"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in note.pieces
-        ]
-        out["digest"] = note.digest
-    return out
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -211,14 +185,14 @@ def cmd_notes(args: argparse.Namespace) -> int:
     lines: list[str] = []
     for note in notes:
         print_note(note, lines)
-    _emit(args, [note_dict(n) for n in notes], "\n".join(lines) or f"no notes in history {args.history!r}")
+    _emit(args, [note_json(n) for n in notes], "\n".join(lines) or f"no notes in history {args.history!r}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with Memory(_db(args), history=args.history, read_only=True) as mem:
         note = mem.note(args.unit)
-    data = note_dict(note, full=True)
+    data = note_json(note, full=True)
     text = "\n".join(
         [f"{note.label} ({note.unit_id}) · {note.date or note.kind}", f"record: {note.record}", "", note.raw]
     )

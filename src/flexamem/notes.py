@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -175,3 +175,29 @@ class Note:
     @property
     def turn_ids(self) -> tuple[str, ...]:
         return tuple(b.source_id for b in self.blocks if b.source_id is not None)
+
+
+def note_json(note: Note, full: bool = False) -> dict[str, Any]:
+    """A note as JSON: what ``notes`` lists, and with ``full`` the raw text and pieces too."""
+    out: dict[str, Any] = {
+        "unit_id": note.unit_id,
+        "label": note.label,
+        "kind": note.kind,
+        "session_id": note.session_id,
+        "date": note.date,
+        "record": note.record,
+        "keywords": list(note.fields.keywords),
+        "raw_tokens": note.raw_tokens,
+        "record_tokens": note.record_tokens,
+        "pieces": len(note.pieces),
+        "links": [f"u{s + 1}" for s in note.links],
+        "writer": note.writer,
+    }
+    if full:
+        out["raw"] = note.raw
+        out["fields"] = note.fields.as_text()
+        out["pieces"] = [
+            {"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in note.pieces
+        ]
+        out["digest"] = note.digest
+    return out

@@ -136,22 +136,9 @@ class AFMAgent(Baseline):
         _, first, _ = self.window()
         notes = self.notes(first)
         scores = self.afm.scores(self.session.query_vector(), self.spans(notes), AFM_HALF_LIFE)
-        counter, allowance, lines, used, shown = self.session.counter, self.allowance(), [], 0, set()
-        for i, note in enumerate(notes):  # oldest first, each falling back to the next form
-            forms = [
-                fmt.raw_block(note),
-                f"[{note.label} · {fmt.when(note)} · compressed] {self.afm.compressed[i]}",
-                f"[{note.label} · {fmt.when(note)} · placeholder]",
-            ]
-            start = 0 if scores[i] >= AFM_THRESHOLDS[0] else 1 if scores[i] >= AFM_THRESHOLDS[1] else 2
-            for form in forms[start:]:
-                size = counter.count(form) + 1
-                if used + size <= allowance:
-                    lines.append(form)
-                    used += size
-                    shown.add(i)
-                    break
-        return self.compose(lines, shown)
+        shown = self.afm.pack(notes, scores, AFM_THRESHOLDS, self.allowance(), self.session.counter)
+        lines = [shown[i] for i in sorted(shown)]
+        return self.compose(lines, set(shown))
 
 
 class ReadAgentAgent(Baseline):
@@ -170,21 +157,7 @@ class ReadAgentAgent(Baseline):
         s = self.session
         question = s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
         picked = self.reader.pick(question, self.ledger)  # one model call per agent call
-        counter, allowance = s.counter, self.allowance()
-        gist = [f"[{n.label} · {fmt.when(n)} · gist] {self.reader.gists[i]}" for i, n in enumerate(notes)]
-        sizes = [counter.count(g) + 1 for g in gist]
-        shown: dict[int, str] = {}
-        used = 0
-        for i in range(len(notes) - 1, -1, -1):
-            if used + sizes[i] <= allowance:
-                shown[i] = gist[i]
-                used += sizes[i]
-        for i in picked:
-            raw = fmt.raw_block(notes[i])
-            extra = counter.count(raw) + 1 - (sizes[i] if i in shown else 0)
-            if used + extra <= allowance:
-                shown[i] = raw
-                used += extra
+        shown = self.reader.pack(notes, picked, self.allowance(), s.counter)
         return self.compose([shown[i] for i in sorted(shown)], set(shown))
 
 

@@ -15,6 +15,8 @@ from flexamem.baselines import prompts
 from flexamem.baselines.ledger import Ledger
 from flexamem.memory import Memory
 from flexamem.notes import Note
+from flexamem.render import format as fmt
+from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
 
 NEIGHBOURS = 5  # A-Mem: earlier notes offered to the link call (guess; A-Mem uses top-k by embedding)
@@ -157,6 +159,33 @@ class AFM:
         self.importance.append(next((w for k, w in IMPORTANCE.items() if k in label), IMPORTANCE["medium"]))
         self.compressed.append(ledger.ask(prompts.COMPRESS.format(raw=note.raw), "build", max_tokens=160))
 
+    def pack(
+        self,
+        notes: list[Note],
+        scores: list[float],
+        thresholds: tuple[float, float],
+        allowance: int,
+        counter: TokenCounter,
+    ) -> dict[int, str]:
+        """Each unit's form by its score (full / compressed / placeholder), packed oldest first, each
+        falling back to the next form when it does not fit: {unit position: line}."""
+        shown: dict[int, str] = {}
+        used = 0
+        for i, note in enumerate(notes):
+            forms = [
+                fmt.raw_block(note),
+                f"[{note.label} · {fmt.when(note)} · compressed] {self.compressed[i]}",
+                f"[{note.label} · {fmt.when(note)} · placeholder]",
+            ]
+            start = 0 if scores[i] >= thresholds[0] else 1 if scores[i] >= thresholds[1] else 2
+            for form in forms[start:]:
+                size = counter.count(form) + 1
+                if used + size <= allowance:
+                    shown[i] = form
+                    used += size
+                    break
+        return shown
+
     def scores(self, query_vector: np.ndarray, spans: list[np.ndarray], half_life: float) -> list[float]:
         n = len(spans)
         sims = [float((s @ query_vector).max()) if len(s) else 0.0 for s in spans]
@@ -181,6 +210,25 @@ class ReadAgent:
         """The next page's gist."""
         prompt = prompts.GIST.format(words=words, page=len(self.gists), raw=note.raw)
         self.gists.append(ledger.ask(prompt, "build", max_tokens=words * 2))
+
+    def pack(self, notes: list[Note], picked: list[int], allowance: int, counter: TokenCounter) -> dict[int, str]:
+        """The newest gists that fit, then the picked pages raw in place of their gists, in the order
+        picked, while they fit: {unit position: line}."""
+        gist = [f"[{n.label} · {fmt.when(n)} · gist] {self.gists[i]}" for i, n in enumerate(notes)]
+        sizes = [counter.count(g) + 1 for g in gist]
+        shown: dict[int, str] = {}
+        used = 0
+        for i in range(len(notes) - 1, -1, -1):
+            if used + sizes[i] <= allowance:
+                shown[i] = gist[i]
+                used += sizes[i]
+        for i in picked:
+            raw = fmt.raw_block(notes[i])
+            extra = counter.count(raw) + 1 - (sizes[i] if i in shown else 0)
+            if used + extra <= allowance:
+                shown[i] = raw
+                used += extra
+        return shown
 
     def pick(self, question: str, ledger: Ledger, k: int = 5) -> list[int]:
         gists = "\n".join(f"[{i}] {g}" for i, g in enumerate(self.gists))

@@ -14,7 +14,6 @@ from flexamem.baselines.ledger import Ledger
 from flexamem.baselines.memories import AFM, AMem, ReadAgent, Summary
 from flexamem.errors import InvalidInputError
 from flexamem.eval.methods import MethodContext, Output, _fit, _raw_units
-from flexamem.render import format as fmt
 
 SUMMARY_WORDS = 400  # the running summary's length (guess; cut to its share of the allowance at read time)
 SUMMARY_SHARE = 0.5  # readers: the summary takes half the allowance and lends what it does not use
@@ -100,20 +99,8 @@ def afm(ctx: MethodContext, question: str, budget: int, thresholds: tuple[float,
     memory, cost = _built(ctx, "afm", lambda ledger: AFM.build(ctx.mem.notes(), ledger))
     counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
     scores = memory.scores(ctx.mem.query_vector(question), ctx.spans(), AFM_HALF_LIFE)
-    lines, used = [], 0
-    for i, note in enumerate(notes):
-        forms = [
-            fmt.raw_block(note),
-            f"[{note.label} · {fmt.when(note)} · compressed] {memory.compressed[i]}",
-            f"[{note.label} · {fmt.when(note)} · placeholder]",
-        ]
-        start = 0 if scores[i] >= thresholds[0] else 1 if scores[i] >= thresholds[1] else 2
-        for form in forms[start:]:
-            size = counter.count(form) + 1
-            if used + size <= allowance:
-                lines.append(form)
-                used += size
-                break
+    shown = memory.pack(notes, scores, thresholds, allowance, counter)
+    lines = [shown[i] for i in sorted(shown)]
     out = _fits(ctx, lines, allowance)
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": 0})
 
@@ -127,20 +114,7 @@ def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
     picked = memory.pick(question, ledger)
     read = ledger.tokens["read"] - before
     counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
-    gist = [f"[{n.label} · {fmt.when(n)} · gist] {memory.gists[i]}" for i, n in enumerate(notes)]
-    sizes = [counter.count(g) + 1 for g in gist]
-    keep, used = [], 0
-    for i in range(len(notes) - 1, -1, -1):  # the newest gists that fit
-        if used + sizes[i] <= allowance:
-            keep.append(i)
-            used += sizes[i]
-    shown = {i: gist[i] for i in keep}
-    for i in picked:  # raw text replaces a gist while it fits
-        raw = fmt.raw_block(notes[i])
-        extra = counter.count(raw) + 1 - (sizes[i] if i in shown else 0)
-        if used + extra <= allowance:
-            shown[i] = raw
-            used += extra
+    shown = memory.pack(notes, picked, allowance, counter)
     out = _fits(ctx, [shown[i] for i in sorted(shown)], allowance)
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
 

@@ -32,7 +32,7 @@ from flexamem.errors import (
     StoreClosedError,
 )
 from flexamem.memory import Memory, open_store
-from flexamem.notes import Note
+from flexamem.notes import note_json
 from flexamem.server.keys import KeyFile
 
 log = logging.getLogger("flexamem.server")
@@ -205,20 +205,6 @@ class Dropped(BaseModel):
 
 
 # -- the app -------------------------------------------------------------------------------------------
-def note_out(note: Note) -> dict[str, Any]:
-    return {
-        "unit_id": note.unit_id,
-        "label": note.label,
-        "kind": note.kind,
-        "session_id": note.session_id,
-        "date": note.date,
-        "record": note.record,
-        "keywords": list(note.fields.keywords),
-        "raw_tokens": note.raw_tokens,
-        "links": [f"u{s + 1}" for s in note.links],
-    }
-
-
 class Memories:
     """One store, one ``Memory`` per (tenant, history) kept open for the process."""
 
@@ -378,7 +364,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut])
     def notes(history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
         """The history's notes in time order."""
-        return [note_out(n) for n in memories.existing(t, history).notes()]
+        return [note_json(n) for n in memories.existing(t, history).notes()]
 
     @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull)
     def note(history: HistoryName, unit: Annotated[str, Path(max_length=300)], t: Tenant) -> dict[str, Any]:
@@ -387,8 +373,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             n = memories.existing(t, history).note(unit)
         except InvalidInputError as exc:
             raise NotFound(str(exc)) from None
-        pieces = [{"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in n.pieces]
-        return {**note_out(n), "raw": n.raw, "fields": n.fields.as_text(), "pieces": pieces, "digest": n.digest}
+        return note_json(n, full=True)
 
     @app.delete("/v1/histories/{history}", response_model=Dropped)
     def drop(history: HistoryName, t: Tenant) -> dict[str, Any]:
