@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from flexamem.notes import Note, Piece
-from flexamem.recover.bm25 import BM25Index
+from flexamem.recover.bm25 import BM25Index, count_pairs
 from flexamem.text import content_words, is_identifier, stem, stemmed
 
 BULK = 256  # pieces from which a load indexes in bulk
@@ -89,10 +89,11 @@ class History:
                 self.stem_index.add(stemmed(words))
                 self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
             return
-        vocab, pair_terms, pair_docs = self.index.add_many(docs)
-        self.stem_index.add_many(docs, transform=stem)
-        is_id = np.fromiter((is_identifier(w) for w in vocab), dtype=bool, count=len(vocab))
-        counts = np.bincount(pair_docs[is_id[pair_terms]], minlength=len(docs))
+        pairs = count_pairs(docs)
+        self.index.add_pairs(pairs)
+        self.stem_index.add_pairs(pairs, transform=stem)
+        is_id = np.fromiter((is_identifier(w) for w in pairs.words), dtype=bool, count=len(pairs.words))
+        counts = np.bincount(pairs.docs[is_id[pairs.terms]], minlength=len(docs))
         self.identifiers.extend(counts.tolist())
 
     def _add_piece_vectors(self, note: Note) -> None:

@@ -108,7 +108,7 @@ def test_bulk_loading_builds_the_same_index_as_one_by_one() -> None:
 
 def test_add_many_reports_distinct_word_document_pairs() -> None:
     index = BM25Index()
-    words, pair_terms, pair_docs = index.add_many([["a", "b", "a"], [], ["b"]])
-    pairs = sorted((words[t], int(d)) for t, d in zip(pair_terms, pair_docs, strict=True))
+    counted = index.add_many([["a", "b", "a"], [], ["b"]])
+    pairs = sorted((counted.words[t], int(d)) for t, d in zip(counted.terms, counted.docs, strict=True))
     assert pairs == [("a", 0), ("b", 0), ("b", 2)]
     assert len(index) == 3

@@ -9,11 +9,38 @@ its cost grows with the matches, not with the number of documents.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Documents counted once: the distinct ``words``; for every distinct (word, document) pair its word
+    number (``terms``), its document (``docs``, from 0) and count; each document's length."""
+
+    words: list[str]
+    terms: np.ndarray
+    docs: np.ndarray
+    counts: np.ndarray
+    lengths: np.ndarray
+    m: int  # the pair key's document radix
+
+
+def count_pairs(docs: Sequence[Sequence[str]]) -> Pairs:
+    """The (word, document) pairs of ``docs`` with numpy (dictionary work only per distinct word)."""
+    flat = list(itertools.chain.from_iterable(docs))
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(flat))}
+    ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    m = max(len(docs), 1)
+    rel = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)  # each word's document
+    keys, counts = np.unique(ids * m + rel, return_counts=True)
+    return Pairs(list(vocab), keys // m, keys % m, counts, lengths, m)
 
 
 class _Postings:
@@ -72,30 +99,27 @@ class BM25Index:
         self._length_array = None
         return doc
 
-    def add_many(
-        self, docs: Sequence[Sequence[str]], transform: Callable[[str], str] | None = None
-    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    def add_many(self, docs: Sequence[Sequence[str]], transform: Callable[[str], str] | None = None) -> Pairs:
         """Index many documents at once (a history's load): the same index as ``add`` one by one, built
-        with numpy from (term, document) pairs. ``transform`` maps each distinct word first (a stemmer).
-        Returns the distinct words, and the word number and the document (counted from 0 in ``docs``)
-        of every distinct (word, document) pair, for callers counting per-document properties."""
-        vocab: dict[str, int] = {}
-        total = sum(len(d) for d in docs)
-        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for d in docs for w in d), dtype=np.int64, count=total)
-        lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
-        m = max(len(docs), 1)
-        rel = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)  # each word's document
-        pairs, counts = np.unique(ids * m + rel, return_counts=True)
-        words = list(vocab)
-        pair_terms, pair_docs = pairs // m, pairs % m
+        with numpy from (term, document) pairs. ``transform`` maps each distinct word first (a stemmer)."""
+        pairs = count_pairs(docs)
+        self.add_pairs(pairs, transform)
+        return pairs
+
+    def add_pairs(self, pairs: Pairs, transform: Callable[[str], str] | None = None) -> None:
+        """Index the documents counted in ``pairs`` (several indexes of one load share the counting)."""
+        m, counts, lengths = pairs.m, pairs.counts, pairs.lengths
         if transform is None:
-            terms, keys, docs_of, tfs = words, pair_terms, pair_docs, counts.astype(np.float64)
+            terms, keys, docs_of = pairs.words, pairs.terms, pairs.docs
+            tfs = counts.astype(np.float64)
         else:  # map each distinct word, then merge the pairs that now share a term
             mapped: dict[str, int] = {}
-            term_of = np.fromiter((mapped.setdefault(transform(w), len(mapped)) for w in words), dtype=np.int64)
-            merged, inverse = np.unique(term_of[pair_terms] * m + pair_docs, return_inverse=True)
+            term_of = np.fromiter((mapped.setdefault(transform(w), len(mapped)) for w in pairs.words), dtype=np.int64)
+            merged, inverse = np.unique(term_of[pairs.terms] * m + pairs.docs, return_inverse=True)
             terms, keys, docs_of = list(mapped), merged // m, merged % m
-            tfs = np.bincount(inverse.ravel(), weights=counts.astype(np.float64), minlength=len(merged))
+            tfs = np.bincount(inverse.ravel(), weights=counts.astype(np.float64), minlength=len(merged)).astype(
+                np.float64
+            )
         start = len(self._lengths)
         bounds = np.flatnonzero(np.diff(keys)) + 1
         firsts = np.concatenate([[0], bounds]).astype(np.int64) if len(keys) else bounds
@@ -111,7 +135,6 @@ class BM25Index:
         self._lengths.extend(lengths.tolist())
         self._total += int(lengths.sum())
         self._length_array = None
-        return words, pair_terms, pair_docs
 
     def idf(self, term: str) -> float:
         postings = self._postings.get(term)
