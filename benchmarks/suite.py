@@ -162,6 +162,7 @@ def open_probe(path: str, question: str) -> None:
     before = rss_mb()
     start = time.perf_counter()
     mem = fm.Memory(path, read_only=True)
+    mem.notes()  # the store is opened lazily: this reads and indexes the history
     opened = time.perf_counter()
     mem.render(question, 4096)
     done = time.perf_counter()
@@ -197,7 +198,7 @@ def render_size(conversations: list[Conversation], size: int, questions: list[st
         f"(built at {info['tokens'] / info['build_s']:,.0f} tokens/s, no piece vectors)\n"
     )
     print(
-        f"open to first render {opened['first_s']:.2f} s (store read {opened['open_s']:.2f} s); "
+        f"open to first render {opened['first_s']:.2f} s (reading and indexing the history {opened['open_s']:.2f} s); "
         f"RSS of the open memory {opened['rss_mb']:,.0f} MB; query embedding "
         f"{embed_ms / len(questions):.1f} ms/query\n"
     )
