@@ -83,3 +83,21 @@ def test_without_a_model_the_baselines_say_what_is_missing() -> None:
     del ctx.extra["baseline_model"]
     with pytest.raises(fm.FlexaMemError, match="need a model"):
         BASELINE_METHODS["a-mem"](ctx, "q", 500)
+
+
+def test_memgas_links_by_a_gaussian_mixture_and_ranks_by_pagerank() -> None:
+    import numpy as np
+
+    from flexamem.baselines.memories import MemGAS, gmm_threshold
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(0.2, 0.05, 200), rng.normal(0.8, 0.05, 20)])
+    assert 0.3 < gmm_threshold(values) < 0.7
+    assert gmm_threshold(np.full(10, 0.5)) == float("inf")  # nothing to separate: no links
+    ctx = context()
+    ledger = Ledger(StandInModel())
+    memory = MemGAS.build(ctx.mem.notes(), ctx.mem.embedder, ledger)
+    order = memory.rank(ctx.mem.query_vector("the beagle Biscuit and puppy school"), ctx.spans())
+    assert sorted(order) == list(range(len(SESSIONS))) and order[0] in (0, 1, 4)
+    kept = memory.filter(order, "Which flight did Ana book to Porto?", ledger)
+    assert kept[0] == 5 and ledger.tokens["read"] > 0

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flexamem.baselines.ledger import Ledger
-from flexamem.baselines.memories import AFM, AMem, ReadAgent, Summary
+from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
 from flexamem.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
 from flexamem.chat import Message
 from flexamem.eval.replay import Method, StepContext
@@ -161,10 +161,31 @@ class ReadAgentAgent(Baseline):
         return self.compose([shown[i] for i in sorted(shown)], set(shown))
 
 
+class MemGASAgent(Baseline):
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
+        super().__init__(traj, budget, model)
+        self.memory = MemGAS()
+
+    def add(self, note: Note) -> None:
+        self.memory.add(note, self.session.core.embedder, self.ledger)
+
+    def context(self) -> StepContext:
+        _, first, _ = self.window()
+        notes = self.notes(first)
+        if not notes:
+            return self.compose([], set())
+        s = self.session
+        question = s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
+        order = self.memory.filter(self.memory.rank(s.query_vector(), self.spans(notes)), question, self.ledger)
+        chosen = self.raw_fit(notes, order, self.allowance())
+        return self.compose([fmt.raw_block(notes[i]) for i in chosen], set(chosen))
+
+
 AGENT_BASELINES: dict[str, Callable[[Trajectory, int, ChatModel], Method]] = {
     "a-mem": lambda t, b, m: AMemAgent(t, b, m),
     "a-mem-fod": lambda t, b, m: AMemAgent(t, b, m, fod=True),
     "summary-a-mem": lambda t, b, m: AMemAgent(t, b, m, summary=True),
     "afm": AFMAgent,
     "readagent": ReadAgentAgent,
+    "memgas": MemGASAgent,
 }

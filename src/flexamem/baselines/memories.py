@@ -234,3 +234,97 @@ class ReadAgent:
         gists = "\n".join(f"[{i}] {g}" for i, g in enumerate(self.gists))
         got = ledger.ask_json(prompts.PICK.format(k=k, gists=gists, question=question), "read", {}, max_tokens=60)
         return [i for i in dict.fromkeys(_ints(got.get("pages"))) if 0 <= i < len(self.gists)][:k]
+
+
+def gmm_threshold(values: np.ndarray, iterations: int = 50) -> float:
+    """The similarity above which a value belongs to the upper of two 1-D Gaussian components (EM)."""
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 4 or float(v.std()) < 1e-9:
+        return float("inf")
+    mu = np.array([np.percentile(v, 25), np.percentile(v, 90)])
+    sd = np.array([v.std(), v.std()]) + 1e-6
+    pi = np.array([0.5, 0.5])
+    for _ in range(iterations):
+        dens = pi * np.exp(-0.5 * ((v[:, None] - mu) / sd) ** 2) / sd
+        resp = dens / np.maximum(dens.sum(1, keepdims=True), 1e-300)
+        weight = resp.sum(0) + 1e-9
+        pi, mu = weight / len(v), (resp * v[:, None]).sum(0) / weight
+        sd = np.sqrt((resp * (v[:, None] - mu) ** 2).sum(0) / weight) + 1e-6
+    hi = int(np.argmax(mu))
+    grid = np.linspace(float(v.min()), float(v.max()), 256)
+    dens = pi * np.exp(-0.5 * ((grid[:, None] - mu) / sd) ** 2) / sd
+    upper = grid[dens[:, hi] >= dens[:, 1 - hi]]
+    return float(upper.min()) if len(upper) else float("inf")
+
+
+@dataclass
+class MemGAS:
+    """MemGAS (Xu et al., 2026a): every unit at four granularities (raw 150-token spans, turns or steps,
+    an LLM summary, LLM keywords); units linked where their similarity falls in the upper component of a
+    Gaussian mixture; per query, granularity weights from how sharply each granularity separates the
+    units; personalized PageRank over the links; one LLM call filters the top candidates."""
+
+    summaries: list[str] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
+    vectors: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"turns": [], "summary": [], "keywords": []})
+    unit_vectors: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, notes: list[Note], embedder: Embedder, ledger: Ledger) -> MemGAS:
+        memory = cls()
+        for note in notes:
+            memory.add(note, embedder, ledger)
+        return memory
+
+    def add(self, note: Note, embedder: Embedder, ledger: Ledger) -> None:
+        got = ledger.ask_json(prompts.SUMMARIZE.format(raw=note.raw), "build", {}, max_tokens=200)
+        summary = str(got.get("summary") or note.record)
+        words = ", ".join(_strings(got.get("keywords"), 10)) or ", ".join(note.fields.keywords)
+        self.summaries.append(summary)
+        self.keywords.append(words)
+        texts = [b.text for b in note.blocks] or [note.raw]
+        vectors = embedder.embed([summary, words, *texts])
+        self.vectors["summary"].append(vectors[0])
+        self.vectors["keywords"].append(vectors[1])
+        self.vectors["turns"].append(vectors[2:])
+        self.unit_vectors.append(vectors[0])
+
+    def rank(self, query_vector: np.ndarray, spans: list[np.ndarray], damping: float = 0.85) -> list[int]:
+        """Units by personalized PageRank from the granularity-weighted query similarities."""
+        n = len(self.summaries)
+        if n == 0:
+            return []
+        sims = {
+            "raw": np.array([float((s @ query_vector).max()) if len(s) else 0.0 for s in spans]),
+            "turns": np.array([float((t @ query_vector).max()) for t in self.vectors["turns"]]),
+            "summary": np.stack(self.vectors["summary"]) @ query_vector,
+            "keywords": np.stack(self.vectors["keywords"]) @ query_vector,
+        }
+        # a granularity that separates the units sharply (top well above the mean) weighs more (guess)
+        sharp = np.array([float(v.max() - v.mean()) / (float(v.std()) + 1e-6) for v in sims.values()])
+        weights = np.exp(sharp - sharp.max())
+        weights /= weights.sum()
+        relevance = sum(w * np.maximum(v, 0.0) for w, v in zip(weights, sims.values(), strict=True))
+        units = np.stack(self.unit_vectors)
+        pair = units @ units.T
+        np.fill_diagonal(pair, -np.inf)
+        off = pair[np.isfinite(pair)]
+        adjacency = (pair >= gmm_threshold(off)).astype(np.float64) if len(off) else np.zeros((n, n))
+        out_degree = adjacency.sum(1, keepdims=True)
+        transition = np.divide(adjacency, out_degree, out=np.zeros_like(adjacency), where=out_degree > 0)
+        personal = relevance / max(float(relevance.sum()), 1e-12)
+        rank = personal.copy()
+        for _ in range(30):
+            rank = (1 - damping) * personal + damping * (
+                transition.T @ rank + personal * float(rank[out_degree[:, 0] == 0].sum())
+            )
+        return [int(i) for i in np.lexsort((np.arange(n), -rank))]
+
+    def filter(self, order: list[int], question: str, ledger: Ledger, k: int = 10) -> list[int]:
+        """The LLM's pick among the top ``k`` (in rank order), then the units ranked below them (those it
+        rejected stay out); when it keeps none, the rank order."""
+        top = order[:k]
+        listing = "\n".join(f"[{i}] {self.summaries[i]}" for i in top)
+        got = ledger.ask_json(prompts.FILTER.format(candidates=listing, question=question), "read", {}, max_tokens=60)
+        keep = [i for i in _ints(got.get("keep")) if i in top]
+        return [*keep, *order[k:]] if keep else order

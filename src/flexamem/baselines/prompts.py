@@ -68,3 +68,19 @@ GISTS:
 {gists}
 
 QUESTION: {question}"""
+
+SUMMARIZE = """TASK: summarize
+Summarize this part of a history in at most 60 words and list its keywords. Answer with JSON only:
+{{"summary": "...", "keywords": [up to 10 words or phrases]}}
+
+PART:
+{raw}"""
+
+FILTER = """TASK: filter
+Below are candidate parts of a long history, then a question. Which parts help to answer it? Answer
+with JSON only: {{"keep": [ids]}}
+
+CANDIDATES:
+{candidates}
+
+QUESTION: {question}"""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flexamem.baselines.ledger import Ledger
-from flexamem.baselines.memories import AFM, AMem, ReadAgent, Summary
+from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
 from flexamem.errors import InvalidInputError
 from flexamem.eval.methods import MethodContext, Output, _fit, _raw_units
 
@@ -119,10 +119,23 @@ def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
 
 
+def memgas(ctx: MethodContext, question: str, budget: int) -> Output:
+    """MemGAS: units by personalized PageRank over GMM links from granularity-weighted similarities,
+    filtered by one LLM call; raw notes taken in that order while they fit, shown in time order."""
+    memory, cost = _built(ctx, "memgas", lambda ledger: MemGAS.build(ctx.mem.notes(), ctx.mem.embedder, ledger))
+    ledger = _ledger(ctx)
+    before = ledger.tokens["read"]
+    order = memory.filter(memory.rank(ctx.mem.query_vector(question), ctx.spans()), question, ledger)
+    read = ledger.tokens["read"] - before
+    out = _raw_units(ctx, _fit(ctx, order, _allowance(ctx, question, budget)))
+    return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
+
+
 BASELINE_METHODS = {
     "a-mem": a_mem,
     "a-mem-fod": a_mem_fod,
     "summary-a-mem": summary_a_mem,
     "afm": afm,
     "readagent": readagent,
+    "memgas": memgas,
 }

@@ -82,6 +82,13 @@ class StandInModel:
             scored = [(_overlap(question, text), int(i)) for i, text in _ID_LINE.findall(_section(prompt, "GISTS:"))]
             best = [i for s, i in sorted(scored, key=lambda x: (-x[0], x[1])) if s > 0][:k]
             return json.dumps({"pages": best})
+        if task == "summarize":
+            part = _section(prompt, "PART:")
+            return json.dumps({"summary": " ".join(part.split()[:50]), "keywords": _top_words(part, 10)})
+        if task == "filter":
+            question = prompt.rsplit("QUESTION:", 1)[-1]
+            listed = _ID_LINE.findall(_section(prompt, "CANDIDATES:"))
+            return json.dumps({"keep": [int(i) for i, text in listed if _overlap(question, text) > 0]})
         return "I do not know this task."
 
     def complete(self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False) -> Completion:
