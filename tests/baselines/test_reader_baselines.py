@@ -99,5 +99,5 @@ def test_memgas_links_by_a_gaussian_mixture_and_ranks_by_pagerank() -> None:
     memory = MemGAS.build(ctx.mem.notes(), ctx.mem.embedder, ledger)
     order = memory.rank(ctx.mem.query_vector("the beagle Biscuit and puppy school"), ctx.spans())
     assert sorted(order) == list(range(len(SESSIONS))) and order[0] in (0, 1, 4)
-    kept = memory.filter(order, "Which flight did Ana book to Porto?", ledger)
+    kept = memory.filter(order, "Which flight to Porto?", ledger)
     assert kept[0] == 5 and ledger.tokens["read"] > 0
