@@ -19,7 +19,7 @@ from flexamem.cli import main as flexamem
 from flexamem.eval.conversation_data import default_path
 from flexamem.llm.local import LocalServer, local_model_path
 
-METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,auto,unit-recovery,piece-recovery,unit-retrieval"
+METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,auto,unit-recovery,piece-recovery,unit-retrieval"
 
 
 def main() -> None:
