@@ -19,6 +19,7 @@ from flexamem.cli import main as flexamem
 from flexamem.eval.conversation_data import default_path
 from flexamem.llm.local import LocalServer, local_model_path
 
+TRAJECTORY_METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,auto,unit-recovery"
 METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,auto,unit-recovery,piece-recovery,unit-retrieval"
 
 
@@ -28,6 +29,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--budgets", default="2048,4096,8192")
     parser.add_argument("--out", default="results/baselines-local")
+    parser.add_argument(
+        "--trajectories", type=int, default=0, help="also replay the first N tau-bench dev trajectories"
+    )
     args = parser.parse_args()
     command = [
         "eval", "locomo", "--data", args.data, "--limit", "1", "--questions", str(args.questions),
@@ -45,6 +49,15 @@ def main() -> None:
         start = time.perf_counter()
         code = flexamem(command)
         print(f"done in {time.perf_counter() - start:.0f} s (exit {code})")
+        if args.trajectories:
+            data = Path(args.data).resolve().parents[1] / "agent_trajectories/tau_bench/gpt-4o-airline-dev.json"
+            agent = [
+                "eval", "trajectories", "--data", str(data), "--limit", str(args.trajectories), "--budgets", "4096",
+                "--budget-part", "history", "--methods", TRAJECTORY_METHODS, "--out", args.out + "-trajectories",
+                "--resamples", "2000",
+            ]  # fmt: skip
+            print("flexamem", shlex.join(agent))
+            print(f"exit {flexamem(agent)}")
 
 
 if __name__ == "__main__":
