@@ -12,12 +12,14 @@ from flexamem.llm.client import ChatModel, parse_json_object
 
 
 class Ledger:
-    """A model with its bill: ``tokens["build"]`` / ``tokens["read"]`` (prompt + completion) and calls."""
+    """A model with its bill: ``tokens["build"]`` / ``tokens["read"]`` (prompt + completion of every
+    call, as the method costs; answers served by the response cache are also counted in ``cached``)."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self.tokens: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
+        self.cached: Counter[str] = Counter()  # tokens of calls the response cache answered (not spent again)
         self.failures = 0  # answers that were not the JSON asked for (a default was used)
 
     def ask(self, prompt: str, phase: str, *, max_tokens: int = 256, json_mode: bool = False) -> str:
@@ -30,8 +32,9 @@ class Ledger:
             self.calls[phase] += 1
             return ""
         self.calls[phase] += 1
-        if not done.cached:
-            self.tokens[phase] += done.prompt_tokens + done.completion_tokens
+        self.tokens[phase] += done.prompt_tokens + done.completion_tokens
+        if done.cached:
+            self.cached[phase] += done.prompt_tokens + done.completion_tokens
         return done.text.strip()
 
     def ask_json(self, prompt: str, phase: str, default: dict[str, Any], *, max_tokens: int = 256) -> dict[str, Any]:
