@@ -47,6 +47,11 @@ class Baseline(Method):
     def add(self, note: Note) -> None:
         raise NotImplementedError
 
+    def question(self) -> str:
+        """What a read-time model call is asked about: the task and the newest unit (its first 300 tokens)."""
+        s = self.session
+        return s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
+
     def spans(self, notes: list[Note]) -> list[np.ndarray]:
         """MiniLM vectors of each note's 150-token spans (computed once per note)."""
         s = self.session
@@ -150,14 +155,11 @@ class ReadAgentAgent(Baseline):
         self.reader.add(note, self.ledger)
 
     def context(self) -> StepContext:
-        _, first, _ = self.window()
-        notes = self.notes(first)
+        notes = self.notes(self.window()[1])
         if not notes:
             return self.compose([], set())
-        s = self.session
-        question = s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
-        picked = self.reader.pick(question, self.ledger)  # one model call per agent call
-        shown = self.reader.pack(notes, picked, self.allowance(), s.counter)
+        picked = self.reader.pick(self.question(), self.ledger)  # one model call per agent call
+        shown = self.reader.pack(notes, picked, self.allowance(), self.session.counter)
         return self.compose([shown[i] for i in sorted(shown)], set(shown))
 
 
@@ -170,13 +172,11 @@ class MemGASAgent(Baseline):
         self.memory.add(note, self.session.core.embedder, self.ledger)
 
     def context(self) -> StepContext:
-        _, first, _ = self.window()
-        notes = self.notes(first)
+        notes = self.notes(self.window()[1])
         if not notes:
             return self.compose([], set())
-        s = self.session
-        question = s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
-        order = self.memory.filter(self.memory.rank(s.query_vector(), self.spans(notes)), question, self.ledger)
+        ranked = self.memory.rank(self.session.query_vector(), self.spans(notes))
+        order = self.memory.filter(ranked, self.question(), self.ledger)
         chosen = self.raw_fit(notes, order, self.allowance())
         return self.compose([fmt.raw_block(notes[i]) for i in chosen], set(chosen))
 
