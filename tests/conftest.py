@@ -34,17 +34,20 @@ POSTGRES_URL = os.environ.get("FLEXAMEM_TEST_POSTGRES")  # make test starts a se
 POSTGRES_REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_POSTGRES") == "1"  # CI: a missing server is a failure
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+NO_POSTGRES = pytest.mark.skipif(
+    not POSTGRES_URL and not POSTGRES_REQUIRED,
+    reason="no PostgreSQL test server (FLEXAMEM_TEST_POSTGRES); `make test` starts one",
+)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=NO_POSTGRES)])
 def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a contract test's memories live: a SQLite file, or the test PostgreSQL database."""
     if request.param == "sqlite":
         return str(tmp_path / "contract.db")
     if POSTGRES_URL:
         return POSTGRES_URL
-    if POSTGRES_REQUIRED:
-        pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set (scripts/start_postgres.sh)")
-    # only when no server was given and none is required (a contributor's `make unit`): the SQLite half runs
-    pytest.skip("no PostgreSQL test server (FLEXAMEM_TEST_POSTGRES); `make test` starts one")
+    pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set (scripts/start_postgres.sh)")
 
 
 @pytest.fixture()

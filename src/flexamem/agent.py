@@ -122,7 +122,7 @@ class AgentSession:
         system = clean_text(system, "system", allow_empty=True)
         hid = f"{prefix}agent:{sid}"
         core = core_factory(hid)
-        existing = dict(core.store.histories()).get(hid)
+        existing = core.store.history_kind(hid)
         if existing is None:
             if task is None or budget is None:
                 raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")

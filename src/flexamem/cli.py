@@ -12,10 +12,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from flexamem.baselines.reader import BASELINE_METHODS
-from flexamem.cli_llm import add_commands, add_writer_arguments, reader_from_args, writer_from_args
+from flexamem.cli_llm import (
+    add_commands,
+    add_writer_arguments,
+    baseline_model_from_args,
+    reader_from_args,
+    writer_from_args,
+)
 from flexamem.cli_store import add_store_commands, progress_bar
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.replay import AGENT_AUTO_ABLATIONS
@@ -185,26 +190,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print((out / "results.md").read_text())
     print(f"{len(problems)} item(s) skipped; outputs in {out}")
     return 0
-
-
-def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -> Any:
-    """The model that builds the LLM-built baselines: the stand-in, or the configured endpoint."""
-    if not set(methods) & set(BASELINE_METHODS):
-        return None
-    if args.stand_in:
-        from flexamem.baselines import StandInModel
-
-        return StandInModel()
-    from flexamem.llm.config import load_config
-
-    config = load_config(path=args.config)
-    if config is None:
-        raise InvalidInputError(
-            f"{sorted(set(methods) & set(BASELINE_METHODS))} need a model: FLEXAMEM_LLM_BASE_URL and "
-            "FLEXAMEM_LLM_MODEL (or --config), or --stand-in"
-        )
-    print(f"flexamem: LLM-built baselines by {config!r}", file=sys.stderr)
-    return config.client()
 
 
 def cmd_eval_trajectories(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flexamem.errors import InvalidInputError
@@ -18,6 +19,7 @@ from flexamem.write.records import RecordWriter, RuleWriter
 
 if TYPE_CHECKING:
     from flexamem.eval.reader import LLMReader
+    from flexamem.llm.client import ChatModel
 
 
 def add_writer_arguments(p: argparse.ArgumentParser, default: str = "auto") -> None:
@@ -44,19 +46,38 @@ def writer_from_args(args: argparse.Namespace) -> RecordWriter:
     return LLMWriter(config.client())
 
 
+def required_model(args: argparse.Namespace, who: str, alternative: str = "") -> ChatModel:
+    """The configured endpoint's client for ``who`` (an error naming what to set when there is none)."""
+    config = load_config(path=args.config)
+    if config is None:
+        raise InvalidInputError(
+            f"{who} needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL (or --config){alternative}"
+        )
+    print(f"flexamem: {who}: {config!r}", file=sys.stderr)
+    return config.client()
+
+
 def reader_from_args(args: argparse.Namespace) -> LLMReader | None:
     """The LLM reader and judge of ``eval --reader`` (the configured endpoint is required)."""
     if not getattr(args, "reader", False):
         return None
-    config = load_config(path=args.config)
-    if config is None:
-        raise InvalidInputError(
-            "--reader needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL (or --config)"
-        )
     from flexamem.eval.reader import LLMReader
 
-    print(f"flexamem: reader and judge: {config!r}", file=sys.stderr)
-    return LLMReader(config.client())
+    return LLMReader(required_model(args, "--reader (the reader and judge)"))
+
+
+def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -> ChatModel | None:
+    """The model that builds the LLM-built baselines: the stand-in (``--stand-in``), or the endpoint."""
+    from flexamem.baselines.reader import BASELINE_METHODS
+
+    wanted = sorted(set(methods) & set(BASELINE_METHODS))
+    if not wanted:
+        return None
+    if args.stand_in:
+        from flexamem.baselines import StandInModel
+
+        return StandInModel()
+    return required_model(args, f"the LLM-built baselines {wanted}", ", or --stand-in")
 
 
 def cmd_flagged(args: argparse.Namespace) -> int:

@@ -153,9 +153,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 "mode": r.mode,
                 "pass_through": r.pass_through,
                 "composition": r.composition,
-                "shown": [
-                    {"unit_id": v.unit_id, "label": f"u{v.seq + 1}", "resolution": v.resolution} for v in r.shown
-                ],
+                "shown": [{"unit_id": v.unit_id, "label": v.label, "resolution": v.resolution} for v in r.shown],
             }
             print(json.dumps(data, ensure_ascii=False, indent=2))
         else:
@@ -297,7 +295,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1, help="worker processes (they share the store)")
-    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes")
+    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")

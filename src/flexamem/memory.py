@@ -14,6 +14,7 @@ in-memory view rendering reads).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -311,12 +312,18 @@ class Memory:
         if not isinstance(unit_id, str):
             raise InvalidInputError(f"unit_id must be a string, got {type(unit_id).__name__}")
         self.core.sync()
+        return self.core.note(self._seq(unit_id))
+
+    def _seq(self, unit_id: str) -> int:
+        """The position of a unit named by its id or its label (the view as last caught up)."""
+        if not isinstance(unit_id, str):
+            raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
         seq = self.history.unit_ids.get(unit_id)
         if seq is None and unit_id[:1] == "u" and unit_id[1:].isdigit() and 0 < int(unit_id[1:]) <= len(self.history):
             seq = int(unit_id[1:]) - 1
         if seq is None:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
-        return self.core.note(seq)
+        return seq
 
     # -- rendering ---------------------------------------------------------------------------------
     def render(
@@ -360,20 +367,18 @@ class Memory:
             if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
-        seqs = None
-        if order is not None:
-            if isinstance(order, str | bytes) or not isinstance(order, Sequence):
-                raise InvalidInputError("order must be a list of unit ids")
-            seqs = [self.note(u).seq for u in order]
+        if order is not None and (isinstance(order, str | bytes) or not isinstance(order, Sequence)):
+            raise InvalidInputError("order must be a list of unit ids")
         q = Query(
             text=query,
             terms=query_terms(query),
             excerpt_terms=query_terms(query),
             vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
-            order=seqs,
         )
         with self.core.lock:
             self.core.sync()
+            if order is not None:  # resolved once, against the view just caught up
+                q = dataclasses.replace(q, order=[self._seq(u) for u in order])
             return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
 
     async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:

@@ -160,7 +160,7 @@ class Note:
     def label(self) -> str:
         """How renders name this unit: ``u<position>`` (1-based, time order); ``unit_id`` is the
         caller's (or the library's) id. ``Memory.note`` accepts either."""
-        return f"u{self.seq + 1}"
+        return unit_label(self.seq)
 
     def chained_digest(self, previous: str) -> str:
         """The digest this note must carry after a note with digest ``previous`` (write-once evidence:
@@ -201,3 +201,8 @@ def note_json(note: Note, full: bool = False) -> dict[str, Any]:
         ]
         out["digest"] = note.digest
     return out
+
+
+def unit_label(seq: int) -> str:
+    """The label renders give the unit at position ``seq``: ``u<seq + 1>``."""
+    return f"u{seq + 1}"

@@ -45,4 +45,4 @@ def test_eval_locomo_with_the_stand_in(tmp_path: Path, capsys, monkeypatch) -> N
     monkeypatch.delenv("FLEXAMEM_LLM_MODEL", raising=False)
     capsys.readouterr()
     assert main([*args[:-4], "--methods", "a-mem", "--out", str(tmp_path / "o2")]) == 2
-    assert "need a model" in capsys.readouterr().err
+    assert "LLM-built baselines ['a-mem'] needs an endpoint" in capsys.readouterr().err

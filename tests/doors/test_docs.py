@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+
 from .docs_blocks import blocks, run_block
 
 
@@ -35,16 +37,16 @@ def test_langgraph_and_miniswe_examples(tmp_path: Path) -> None:
     assert "Submitted" in run_block(miniswe, "python", tmp_path)
 
 
+WHY_NOT = local_server_available()
+REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
+
+
 @pytest.mark.integration
+@pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT))
 def test_model_backed_adapter_examples_with_the_local_model(tmp_path: Path) -> None:
     pytest.importorskip("agents")
-    from flexamem.llm.local import LocalServer, local_model_path, local_server_available
-
-    why_not = local_server_available()
-    if why_not is not None:
-        if os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1":
-            pytest.fail(why_not)
-        pytest.skip(why_not)
+    if WHY_NOT is not None:  # required (CI) but missing: a failure, not a skip
+        pytest.fail(WHY_NOT)
     chat, agents, _, _ = blocks("adapters.md", "python")
     with LocalServer(local_model_path()) as server:
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "local", "FLEXAMEM_EXAMPLE_MODEL": "local"}

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from flexamem.notes import unit_label
+
 UnitResolution = Literal["raw", "excerpt", "record", "merged", "hidden"]
 
 
@@ -25,6 +27,11 @@ class UnitView:
     resolution: UnitResolution
     pieces: tuple[int, ...] = ()
     verbatim_turns: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How the rendered text names the unit (``Note.label``)."""
+        return unit_label(self.seq)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ HISTORY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HistoryName = Annotated[str, Path(pattern=HISTORY, description="the history's name (letters, digits, '.', '_', '-')")]
 SessionName = Annotated[str, Path(pattern=SESSION, description="the agent session's id")]
+DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
@@ -51,7 +52,7 @@ class ServerConfig:
     """SQLite file or ``postgresql://`` URL: the store every route reads and writes."""
     keys: str
     """The JSON file of tenants' key hashes (``flexamem serve --add-key TENANT`` writes it)."""
-    max_body_bytes: int = 8 * 1024 * 1024
+    max_body_bytes: int = DEFAULT_MAX_BODY
     """Larger request bodies get 413."""
 
 
@@ -222,7 +223,7 @@ class Memories:
             return mem
 
     def existing(self, tenant: str, history: str) -> Memory:
-        if f"{tenant}/{history}" not in dict(self.store.histories()):
+        if self.store.history_kind(f"{tenant}/{history}") is None:
             raise NotFound(f"no history {history!r}")
         return self.get(tenant, history)
 
@@ -356,7 +357,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             "pass_through": r.pass_through,
             "composition": dict(r.composition),
             "shown": [
-                {"unit_id": v.unit_id, "label": f"u{v.seq + 1}", "resolution": v.resolution, "pieces": list(v.pieces)}
+                {"unit_id": v.unit_id, "label": v.label, "resolution": v.resolution, "pieces": list(v.pieces)}
                 for v in r.shown
             ],
         }
@@ -449,4 +450,4 @@ def app_from_env() -> FastAPI:
     if not db or not key_file:
         raise InvalidInputError("set FLEXAMEM_DB (the store) and FLEXAMEM_KEYS (the key file)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return create_app(ServerConfig(db, key_file, int(os.environ.get("FLEXAMEM_MAX_BODY", 8 * 1024 * 1024))))
+    return create_app(ServerConfig(db, key_file, int(os.environ.get("FLEXAMEM_MAX_BODY", DEFAULT_MAX_BODY))))

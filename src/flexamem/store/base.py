@@ -53,6 +53,10 @@ class Store(Protocol):
         """(id, kind) of every history, oldest first."""
         ...
 
+    def history_kind(self, history: str) -> str | None:
+        """The kind of one history, or None when the store has no such history (one indexed read)."""
+        ...
+
     def drop_history(self, history: str) -> bool:
         """Delete a whole history and everything under it (the only deletion); whether it existed."""
         ...

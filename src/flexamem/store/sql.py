@@ -32,6 +32,10 @@ class SQLReads:
     def histories(self) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]
 
+    def history_kind(self, history: str) -> str | None:
+        rows = self._read("SELECT kind FROM histories WHERE id = ?", (history,))
+        return str(rows[0][0]) if rows else None
+
     def note_count(self, history: str) -> int:
         rows = self._read("SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?", (history,))
         return int(rows[0][0])
