@@ -236,9 +236,11 @@ class AgentSession:
         if row.step_id is not None:
             self._step_ids[row.step_id] = step.number
 
-    async def acontext(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> AgentContext:
+    async def acontext(
+        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[int] | None = None
+    ) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
-        return await asyncio.to_thread(self.context, options, mode)
+        return await asyncio.to_thread(self.context, options, mode, order)
 
     def _remember(self, step: Step, msgs: list[Message]) -> None:
         self.steps.append(step)
