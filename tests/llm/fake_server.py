@@ -6,6 +6,10 @@ request: ``"429"``, ``"500"``, ``"401"``, ``"slow"`` (sleeps ``slow_s`` before a
 (closes the connection without a response), ``"badbody"`` (200 with a body that is not JSON),
 ``"badjson"`` (a completion whose content is not JSON), ``"long"`` (a record far over the limit).
 ``always`` sets a fault used by every request once the queue is empty.
+
+Offered tools, it calls the first one with ``{"query": <the last message's first three words>}``
+through the protocol's ``tool_calls`` (``"textcalls"``: as JSON in the text, the way llama.cpp leaves
+Qwen's calls), and answers ``done`` once the last message is a tool result.
 """
 
 from __future__ import annotations
@@ -19,6 +23,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 UNIT = re.compile(r"<<<\n(.*)\n>>>", re.S)
+
+
+def tool_reply(body: dict[str, Any], fault: str | None) -> dict[str, Any]:
+    messages = body["messages"]
+    if messages[-1]["role"] == "tool":
+        return {"role": "assistant", "content": "done"}
+    name = body["tools"][0]["function"]["name"]
+    args = json.dumps({"query": " ".join(str(messages[-1]["content"]).split()[:3])})
+    if fault == "textcalls":
+        text = "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+        return {"role": "assistant", "content": text}
+    call = {"id": "call_fake", "type": "function", "function": {"name": name, "arguments": args}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def answer_for(messages: list[dict[str, str]], json_mode: bool) -> str:
@@ -124,7 +141,12 @@ class FakeOpenAI:
                 if fault == "slow":
                     time.sleep(server.slow_s)
                 json_mode = body.get("response_format", {}).get("type") == "json_object"
-                text = answer_for(body["messages"], json_mode)
+                if "tools" in body:
+                    message = tool_reply(body, fault)
+                    text = message["content"] or ""
+                else:
+                    text = answer_for(body["messages"], json_mode)
+                    message = {"role": "assistant", "content": text}
                 if fault == "badjson":
                     text = "Sure! Here is the record: " + text[:40]
                 if fault == "long":
@@ -135,9 +157,7 @@ class FakeOpenAI:
                     "id": "fake",
                     "object": "chat.completion",
                     "model": body["model"],
-                    "choices": [
-                        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                    ],
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                     "usage": {
                         "prompt_tokens": len(json.dumps(body["messages"])) // 4,
                         "completion_tokens": len(text) // 4,

@@ -11,6 +11,7 @@ import pytest
 
 from flexamem.errors import InvalidInputError, LLMError
 from flexamem.llm import OpenAICompatible, ResponseCache, RetryPolicy, load_config
+from flexamem.llm.client import ToolCall, ToolModel, tool_calls_in_text
 from tests.llm.fake_server import FakeOpenAI
 
 FAST = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=0.05)
@@ -139,3 +140,67 @@ def test_config_from_env_and_file(tmp_path: Path) -> None:
     file.write_text("[llm\n")
     with pytest.raises(InvalidInputError, match="cannot read config"):
         load_config(env={}, path=file)
+
+
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the notes.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
+
+
+@pytest.mark.parametrize("fault", [None, "textcalls"])
+def test_tool_calls_from_the_protocol_or_the_text(server: FakeOpenAI, fault: str | None) -> None:
+    if fault:
+        server.faults.append(fault)
+    c = client(server)
+    assert isinstance(c, ToolModel)
+    out = c.complete_tools(ASK, [SEARCH], max_tokens=40)
+    assert out.tool_calls == (ToolCall(out.tool_calls[0].id, "search", {"query": "Say something about"}),)
+    assert server.requests[0]["body"]["tools"] == [SEARCH]
+    # the call and its result go back on the wire (content "" where the call had none), then an answer
+    turn = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                              "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Lisbon: 3 notes"},
+    ]  # fmt: skip
+    done = c.complete_tools(turn, [SEARCH])
+    assert done.text == "done" and done.tool_calls == ()
+    sent = server.requests[1]["body"]["messages"]
+    assert sent[1]["content"] == "" and sent[1]["tool_calls"][0]["id"] == "c1" and sent[2]["tool_call_id"] == "c1"
+
+
+def test_tool_answers_are_cached_with_their_calls(server: FakeOpenAI, tmp_path: Path) -> None:
+    c = client(server, cache=tmp_path / "c.db")
+    first = c.complete_tools(ASK, [SEARCH])
+    again = c.complete_tools(ASK, [SEARCH])
+    assert again.cached and again.tool_calls == first.tool_calls and len(server.requests) == 1
+    plain = c.complete(ASK)  # the same messages without tools are another request
+    assert not plain.cached and plain.tool_calls == () and len(server.requests) == 2
+
+
+def test_async_tool_calls_match(server: FakeOpenAI) -> None:
+    c = client(server)
+    out = asyncio.run(c.acomplete_tools(ASK, [SEARCH]))
+    assert [t.name for t in out.tool_calls] == ["search"] and out.tool_calls == c.complete_tools(
+        ASK, [SEARCH]
+    ).tool_calls
+    with pytest.raises(InvalidInputError):
+        c.complete_tools(ASK, [])
+
+
+def test_tool_calls_in_text_skip_what_is_malformed_or_unknown() -> None:
+    text = (
+        '{"name": "search", "arguments": {"query": "a"}}\n'
+        '{"name": "search", "arguments": "{\\"query\\": \\"b\\"}"}\n'
+        '{"name": "delete_all", "arguments": {}}\n'
+        '{"name": "search", "arguments": "{broken"}\n'
+        '<tool_call>{"name": "search", "arguments": {"query": "c"}}</tool_call> and {"name": "search", "argu'
+    )
+    calls = tool_calls_in_text(text, {"search"})
+    assert [c.arguments for c in calls] == [{"query": "a"}, {"query": "b"}, {"query": "c"}]
+    assert len({c.id for c in calls}) == 3 and tool_calls_in_text("no calls here", {"search"}) == []

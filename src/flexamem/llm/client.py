@@ -19,7 +19,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -36,6 +36,15 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One function call a model asked for (arguments already decoded from their JSON)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Completion:
     """One answer. Token counts come from the endpoint's ``usage`` (or are counted with o200k)."""
 
@@ -45,6 +54,7 @@ class Completion:
     completion_tokens: int
     cached: bool = False  # True when served from the response cache (nothing spent)
     attempts: int = 1
+    tool_calls: tuple[ToolCall, ...] = ()  # only from ``complete_tools``
 
 
 @runtime_checkable
@@ -59,6 +69,19 @@ class ChatModel(Protocol):
 
     async def acomplete(
         self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False
+    ) -> Completion: ...
+
+
+@runtime_checkable
+class ToolModel(ChatModel, Protocol):
+    """A chat model that can also be offered tools (OpenAI function schemas) and ask for calls."""
+
+    def complete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
+    ) -> Completion: ...
+
+    async def acomplete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
     ) -> Completion: ...
 
 
@@ -143,17 +166,25 @@ class OpenAICompatible:
         return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, api_key=<{key}>)"
 
     # -- the request ---------------------------------------------------------------------------------
-    def _payload(self, messages: Sequence[Message], max_tokens: int, json_mode: bool) -> dict[str, Any]:
+    def _payload(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        json_mode: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         if not messages:
             raise InvalidInputError("no messages to send")
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "messages": [_wire_message(m) for m in messages],
             "max_tokens": max_tokens,
             "temperature": self.temperature,
         }
         if json_mode:
             payload["response_format"] = {"type": "json_object"}
+        if tools:
+            payload["tools"] = [dict(t) for t in tools]
         return payload
 
     def _headers(self) -> dict[str, str]:
@@ -167,13 +198,18 @@ class OpenAICompatible:
 
         return httpx.Timeout(self.timeout, connect=min(10.0, self.timeout))
 
-    def _from_cache(self, key: str) -> Completion | None:
+    def _from_cache(self, key: str, payload: dict[str, Any]) -> Completion | None:
         if self.cache is None:
             return None
         hit = self.cache.get(key)
         if hit is None:
             return None
-        return Completion(hit[0], self.model, hit[1], hit[2], cached=True, attempts=0)
+        text, calls = hit[0], ()  # type: tuple[str, tuple[ToolCall, ...]]
+        if "tools" in payload:  # a tool answer is kept as {"text": ..., "tool_calls": [...]}
+            kept = json.loads(text)
+            text = kept["text"]
+            calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in kept["tool_calls"])
+        return Completion(text, self.model, hit[1], hit[2], cached=True, attempts=0, tool_calls=calls)
 
     def _parse(self, response: httpx.Response, payload: dict[str, Any], attempts: int) -> Completion:
         """A completion from a 200 response; ``_Retry`` for retryable failures, ``LLMError`` otherwise."""
@@ -184,20 +220,27 @@ class OpenAICompatible:
             raise LLMError(f"{self.base_url} refused the request: HTTP {status}: {_short(response.text)}")
         try:
             body = response.json()
-            text = body["choices"][0]["message"]["content"]
+            message = body["choices"][0]["message"]
+            text = message["content"]
+            if text is None and "tools" in payload:  # a reply that is only tool calls
+                text = ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise _Retry(f"malformed response body ({exc}): {_short(response.text)}") from None
+        calls: tuple[ToolCall, ...] = ()
+        if "tools" in payload:
+            names = {t["function"]["name"] for t in payload["tools"] if "function" in t}
+            calls = tuple(_protocol_calls(message.get("tool_calls"), names)) or tuple(tool_calls_in_text(text, names))
         usage = body.get("usage") or {}
         tok = counter()
         prompt_tokens = usage.get("prompt_tokens")
         if not isinstance(prompt_tokens, int):
-            prompt_tokens = sum(tok.count(m["content"]) + 4 for m in payload["messages"]) + 3
+            prompt_tokens = sum(tok.count(str(m.get("content") or "")) + 4 for m in payload["messages"]) + 3
         completion_tokens = usage.get("completion_tokens")
         if not isinstance(completion_tokens, int):
             completion_tokens = tok.count(text)
-        return Completion(text, self.model, prompt_tokens, completion_tokens, attempts=attempts)
+        return Completion(text, self.model, prompt_tokens, completion_tokens, attempts=attempts, tool_calls=calls)
 
     def _connection_failed(self, exc: Exception) -> str:
         """The reason to retry after a connection-level failure, or raise at once when the server is gone."""
@@ -221,11 +264,23 @@ class OpenAICompatible:
 
     def complete(self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False) -> Completion:
         """One chat completion, retried on transient failures, served from the cache when it can."""
+        return self._call(self._payload(messages, max_tokens, json_mode))
+
+    def complete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
+    ) -> Completion:
+        """A completion offered ``tools``: its ``tool_calls`` are the protocol's, or, from endpoints that
+        leave them in the text (llama.cpp with a chat template but no tool parser), the JSON calls found
+        there (see :func:`tool_calls_in_text`)."""
+        if not tools:
+            raise InvalidInputError("no tools offered")
+        return self._call(self._payload(messages, max_tokens, tools=tools))
+
+    def _call(self, payload: dict[str, Any]) -> Completion:
         import httpx
 
-        payload = self._payload(messages, max_tokens, json_mode)
         key = request_key(payload)
-        cached = self._from_cache(key)
+        cached = self._from_cache(key, payload)
         if cached is not None:
             return cached
         reason = ""
@@ -241,15 +296,19 @@ class OpenAICompatible:
             except httpx.HTTPError as exc:  # connection refused, timeouts, cut connections
                 reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
             else:
-                self._store(key, result)
+                self._store(key, result, payload)
                 return result
             if attempt < self.retry.max_retries:
                 time.sleep(wait)
         raise self._give_up(reason, self.retry.max_retries + 1)
 
-    def _store(self, key: str, result: Completion) -> None:
+    def _store(self, key: str, result: Completion, payload: dict[str, Any]) -> None:
         if self.cache is not None:
-            self.cache.put(key, self.model, result.text, result.prompt_tokens, result.completion_tokens)
+            text = result.text
+            if "tools" in payload:
+                calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+                text = json.dumps({"text": result.text, "tool_calls": calls}, ensure_ascii=False)
+            self.cache.put(key, self.model, text, result.prompt_tokens, result.completion_tokens)
 
     # -- async ---------------------------------------------------------------------------------------
     def _async_http(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
@@ -267,11 +326,21 @@ class OpenAICompatible:
         self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False
     ) -> Completion:
         """The async twin of :meth:`complete` (same retries, cache and limit, per event loop)."""
+        return await self._acall(self._payload(messages, max_tokens, json_mode))
+
+    async def acomplete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
+    ) -> Completion:
+        """The async twin of :meth:`complete_tools`."""
+        if not tools:
+            raise InvalidInputError("no tools offered")
+        return await self._acall(self._payload(messages, max_tokens, tools=tools))
+
+    async def _acall(self, payload: dict[str, Any]) -> Completion:
         import httpx
 
-        payload = self._payload(messages, max_tokens, json_mode)
         key = request_key(payload)
-        cached = self._from_cache(key)
+        cached = self._from_cache(key, payload)
         if cached is not None:
             return cached
         client, slots = self._async_http()
@@ -288,7 +357,7 @@ class OpenAICompatible:
             except httpx.HTTPError as exc:
                 reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
             else:
-                self._store(key, result)
+                self._store(key, result, payload)
                 return result
             if attempt < self.retry.max_retries:
                 await asyncio.sleep(wait)
@@ -305,6 +374,55 @@ class OpenAICompatible:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+_WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def _wire_message(m: Mapping[str, Any]) -> dict[str, Any]:
+    """The protocol's fields of a message; a missing content is sent as "" (some servers refuse null)."""
+    out = {k: m[k] for k in _WIRE_KEYS if k in m}
+    if out.get("content") is None:
+        out["content"] = ""
+    return out
+
+
+def _arguments(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _protocol_calls(raw: Any, names: set[str]) -> list[ToolCall]:
+    calls = []
+    for i, call in enumerate(raw if isinstance(raw, list) else []):
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = _arguments(fn.get("arguments", {})) if isinstance(fn, dict) else None
+        if isinstance(fn, dict) and fn.get("name") in names and args is not None:
+            calls.append(ToolCall(str(call.get("id") or f"call_{i}"), str(fn["name"]), args))
+    return calls
+
+
+def tool_calls_in_text(text: str, names: set[str]) -> list[ToolCall]:
+    """Calls written as JSON in a reply's text (``{"name": ..., "arguments": {...}}``, bare or inside
+    ``<tool_call>`` tags, as Qwen/Hermes chat templates make models write them). Only ``names`` count;
+    arguments may be an object or a JSON string of one; anything malformed is skipped."""
+    calls: list[ToolCall] = []
+    decoder, at = json.JSONDecoder(), text.find("{")
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            at = text.find("{", at + 1)
+            continue
+        args = _arguments(value.get("arguments", {})) if isinstance(value, dict) else None
+        if isinstance(value, dict) and value.get("name") in names and args is not None:
+            calls.append(ToolCall(f"call_{len(calls)}", str(value["name"]), args))
+        at = text.find("{", end)
+    return calls
 
 
 def _retry_after(value: str | None) -> float | None:
