@@ -40,6 +40,6 @@ def test_every_baseline_with_the_local_model(server: LocalServer, tmp_path: Path
         for budget in (300, 1200):
             out = method(ctx, question, budget)
             allowance = mem.allowance(budget, mem.counter.count(READER_PROMPT) + mem.counter.count(question))
-            assert out.tokens == mem.counter.count(out.text) <= allowance, name
-            assert out.llm_tokens["build"] > 0, name
+            assert mem.counter.count(out.text) <= out.tokens <= allowance, name  # Sculptor adds its tool schemas
+        assert out.llm_tokens["build"] + out.llm_tokens["read"] > 0, name
     assert BASELINE_METHODS["readagent"](ctx, "Where does Ana fly?", 1200).llm_tokens["read"] > 0

@@ -4,7 +4,8 @@ Each keeps the recent window as every method does and builds its memory of the u
 incrementally, as they are written (one note, summary update, label and compression, or gist per unit);
 the query is the task with the newest unit. The memory is one user message before the window, and the
 context never exceeds the ceiling (lines of the memory are dropped, oldest first, until it fits).
-Summary+A-Mem gives the summary 70% of the allowance here (the paper's agent setting).
+Summary+A-Mem gives the summary 70% of the allowance here (the paper's agent setting). Sculptor's tool
+schemas are counted in the context's tokens (they would sit in the agent's request).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from flexamem.baselines.ledger import Ledger
 from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
 from flexamem.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
+from flexamem.baselines.sculptor import Fragments, manage, with_tools
 from flexamem.chat import Message
 from flexamem.eval.replay import Method, StepContext
 from flexamem.eval.trajectories import Trajectory
@@ -181,6 +183,28 @@ class MemGASAgent(Baseline):
         return self.compose([fmt.raw_block(notes[i]) for i in chosen], set(chosen))
 
 
+class SculptorAgent(Baseline):
+    """Fragments persist from call to call (what the model folded stays folded); units that leave the
+    window arrive full, the oldest are folded to make room, and before each agent call the model gets
+    its rounds of tool calls with the task and the newest unit as the goal."""
+
+    def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
+        super().__init__(traj, budget, model)
+        self.fragments = Fragments(self.session.counter)
+
+    def add(self, note: Note) -> None:
+        self.fragments.add([note])
+
+    def context(self) -> StepContext:
+        self.notes(self.window()[1])
+        allowance, schemas = with_tools(self.allowance(), self.session.counter)
+        if self.fragments.items and schemas:
+            manage(self.fragments, self.ledger, f"choose the next step of this task: {self.question()}", allowance)
+        shown = self.fragments.fit(allowance)
+        ctx = self.compose([line for _, line in shown], {seq for seq, _ in shown})
+        return StepContext(ctx.messages, ctx.tokens + schemas, ctx.represented)
+
+
 AGENT_BASELINES: dict[str, Callable[[Trajectory, int, ChatModel], Method]] = {
     "a-mem": lambda t, b, m: AMemAgent(t, b, m),
     "a-mem-fod": lambda t, b, m: AMemAgent(t, b, m, fod=True),
@@ -188,4 +212,5 @@ AGENT_BASELINES: dict[str, Callable[[Trajectory, int, ChatModel], Method]] = {
     "afm": AFMAgent,
     "readagent": ReadAgentAgent,
     "memgas": MemGASAgent,
+    "sculptor": SculptorAgent,
 }

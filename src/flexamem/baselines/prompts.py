@@ -84,3 +84,24 @@ CANDIDATES:
 {candidates}
 
 QUESTION: {question}"""
+
+SCULPT = """TASK: sculpt
+You manage the memory of a long history, shown below as fragments (ids u1, u2, ...): each is full,
+summarized or folded to a one-line stub. The memory holds at most {budget} tokens. Use the tools to
+make it serve the goal: restore fragments you need in full, fold or summarize those you do not, search
+to find which fragments mention something. Call tools, or answer DONE when the memory is ready.
+
+MEMORY:
+{view}
+
+DONE SO FAR:
+{done}
+
+GOAL: {goal}"""
+
+FRAGMENT_SUMMARY = """TASK: fragment-summary
+Summarize this fragment of a history in at most {words} words. Keep names, numbers, dates, identifiers,
+file paths and error messages exactly. Answer with the summary only.
+
+PART:
+{raw}"""

@@ -12,6 +12,7 @@ from typing import Any
 
 from flexamem.baselines.ledger import Ledger
 from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
+from flexamem.baselines.sculptor import Fragments, manage, with_tools
 from flexamem.errors import InvalidInputError
 from flexamem.eval.methods import MethodContext, Output, _fit, _raw_units
 
@@ -131,6 +132,27 @@ def memgas(ctx: MethodContext, question: str, budget: int) -> Output:
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
 
 
+def sculptor(ctx: MethodContext, question: str, budget: int) -> Output:
+    """Sculptor: every unit a fragment, the newest full while they fit and the rest folded; the model
+    restores, folds, summarizes and searches through tools (a few rounds per question) before the
+    reader sees what it left. The tool schemas count against the allowance (with less than twice their
+    size, it runs without them: the newest fragments full, the rest folded, no model call)."""
+    ledger, counter = _ledger(ctx), ctx.mem.counter
+    summaries = ctx.extra.setdefault("sculptor:summaries", {})  # written once per unit, kept for the history
+    fragments = Fragments(counter, summaries)  # type: ignore[arg-type]
+    fragments.add(ctx.mem.notes())
+    allowance, schemas = with_tools(_allowance(ctx, question, budget), counter)
+    before = ledger.tokens["read"]
+    if schemas:
+        manage(fragments, ledger, f"answer this question: {question}", allowance)
+    text = "\n".join(line for _, line in fragments.fit(allowance))
+    tokens = counter.count(text)
+    read = ledger.tokens["read"] - before
+    return Output(
+        text, tokens + schemas, True, {"fragments": tokens, "tool schemas": schemas}, {"build": 0, "read": read}
+    )
+
+
 BASELINE_METHODS = {
     "a-mem": a_mem,
     "a-mem-fod": a_mem_fod,
@@ -138,4 +160,5 @@ BASELINE_METHODS = {
     "afm": afm,
     "readagent": readagent,
     "memgas": memgas,
+    "sculptor": sculptor,
 }

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from flexamem.llm.client import Completion, Message
+from flexamem.llm.client import Completion, Message, ToolCall
 from flexamem.text import content_words
 from flexamem.tokens import counter
 
 _ID_LINE = re.compile(r"^\[(\d+)\]\s*(.*)$", re.M)
+_FRAGMENT = re.compile(r"^\[(u\d+) · [^\]]* · (raw|summary|folded[^\]]*)\]", re.M)
 
 
 def _section(prompt: str, head: str) -> str:
@@ -85,11 +87,50 @@ class StandInModel:
         if task == "summarize":
             part = _section(prompt, "PART:")
             return json.dumps({"summary": " ".join(part.split()[:50]), "keywords": _top_words(part, 10)})
+        if task == "fragment-summary":
+            return " ".join(_section(prompt, "PART:").split()[:40])
         if task == "filter":
             question = prompt.rsplit("QUESTION:", 1)[-1]
             listed = _ID_LINE.findall(_section(prompt, "CANDIDATES:"))
             return json.dumps({"keep": [int(i) for i, text in listed if _overlap(question, text) > 0]})
         return "I do not know this task."
+
+    def _sculpt(self, prompt: str) -> list[ToolCall]:
+        """Search the goal's words first; then restore the best hit, summarizing and folding the oldest
+        full fragments that share no word with the goal; then nothing (done)."""
+        done, goal = _section(prompt, "DONE SO FAR:"), prompt.rsplit("GOAL:", 1)[-1]
+        if "search_context" not in done:
+            return [ToolCall("call_0", "search_context", {"query": " ".join(_top_words(goal, 5))})]
+        if "restore_fragment" in done:
+            return []
+        view = _section(prompt, "MEMORY:")
+        heads = list(_FRAGMENT.finditer(view))
+        bodies = {m.group(1): view[m.end() : heads[i + 1].start() if i + 1 < len(heads) else len(view)]
+                  for i, m in enumerate(heads)}  # fmt: skip
+        idle = [m.group(1) for m in heads if m.group(2) == "raw" and _overlap(goal, bodies[m.group(1)]) == 0]
+        calls = [ToolCall("call_1", "summarize_fragment", {"fragment_id": u}) for u in idle[:1]]
+        calls += [ToolCall("call_2", "fold_fragment", {"fragment_id": u}) for u in idle[1:2]]
+        hit = re.search(r"-> (u\d+):", done)
+        calls += [ToolCall("call_3", "restore_fragment", {"fragment_id": hit.group(1)})] if hit else []
+        return calls
+
+    def complete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
+    ) -> Completion:
+        """Tool calls by rule for the ``sculpt`` task (Sculptor); any other prompt gets no call."""
+        prompt = "\n".join(str(m.get("content") or "") for m in messages)
+        names = {t["function"]["name"] for t in tools}
+        calls = self._sculpt(prompt) if prompt.startswith("TASK: sculpt") else []
+        calls = [c for c in calls if c.name in names]
+        text = "" if calls else "DONE"
+        out = json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls]) + text
+        prompt_tokens = self.counter.count(prompt) + self.counter.count(json.dumps(list(tools)))
+        return Completion(text, self.name, prompt_tokens, self.counter.count(out), tool_calls=tuple(calls))
+
+    async def acomplete_tools(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *, max_tokens: int = 512
+    ) -> Completion:
+        return self.complete_tools(messages, tools, max_tokens=max_tokens)
 
     def complete(self, messages: Sequence[Message], *, max_tokens: int = 512, json_mode: bool = False) -> Completion:
         prompt = "\n".join(m["content"] for m in messages)
