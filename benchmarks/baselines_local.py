@@ -19,8 +19,8 @@ from flexamem.cli import main as flexamem
 from flexamem.eval.conversation_data import default_path
 from flexamem.llm.local import LocalServer, local_model_path
 
-TRAJECTORY_METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,auto,unit-recovery"
-METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,auto,unit-recovery,piece-recovery,unit-retrieval"
+TRAJECTORY_METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery"
+METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery,piece-recovery,unit-retrieval"
 
 
 def main() -> None:
@@ -40,7 +40,8 @@ def main() -> None:
     print("with a stronger endpoint: FLEXAMEM_LLM_BASE_URL=... FLEXAMEM_LLM_MODEL=... flexamem", shlex.join(command))
     cache = Path(args.out) / "llm-cache.db"
     cache.parent.mkdir(parents=True, exist_ok=True)
-    with LocalServer(local_model_path(), n_ctx=8192) as server:
+    # room for an 8k memory in the model's own tokens (Qwen's tokenizer counts more than o200k) and the tools
+    with LocalServer(local_model_path(), n_ctx=12288) as server:
         os.environ.update(
             FLEXAMEM_LLM_BASE_URL=server.base_url,
             FLEXAMEM_LLM_MODEL="qwen2.5-coder-0.5b-instruct",
@@ -52,7 +53,7 @@ def main() -> None:
         if args.trajectories:
             data = Path(args.data).resolve().parents[1] / "agent_trajectories/tau_bench/gpt-4o-airline-dev.json"
             agent = [
-                "eval", "trajectories", "--data", str(data), "--limit", str(args.trajectories), "--budgets", "4096",
+                "eval", "trajectories", "--data", str(data), "--limit", str(args.trajectories), "--budgets", "2048",
                 "--budget-part", "history", "--methods", TRAJECTORY_METHODS, "--out", args.out + "-trajectories",
                 "--resamples", "2000",
             ]  # fmt: skip

@@ -257,6 +257,9 @@ def gmm_threshold(values: np.ndarray, iterations: int = 50) -> float:
     return float(upper.min()) if len(upper) else float("inf")
 
 
+PPR_SEEDS = 5  # units that personalize PageRank (guess)
+
+
 @dataclass
 class MemGAS:
     """MemGAS (Xu et al., 2026a): every unit at four granularities (raw 150-token spans, turns or steps,
@@ -289,7 +292,7 @@ class MemGAS:
         self.vectors["turns"].append(vectors[2:])
         self.unit_vectors.append(vectors[0])
 
-    def rank(self, query_vector: np.ndarray, spans: list[np.ndarray], damping: float = 0.85) -> list[int]:
+    def rank(self, query_vector: np.ndarray, spans: list[np.ndarray], damping: float = 0.5) -> list[int]:
         """Units by personalized PageRank from the granularity-weighted query similarities."""
         n = len(self.summaries)
         if n == 0:
@@ -312,7 +315,12 @@ class MemGAS:
         adjacency = (pair >= gmm_threshold(off)).astype(np.float64) if len(off) else np.zeros((n, n))
         out_degree = adjacency.sum(1, keepdims=True)
         transition = np.divide(adjacency, out_degree, out=np.zeros_like(adjacency), where=out_degree > 0)
-        personal = relevance / max(float(relevance.sum()), 1e-12)
+        # seeds: the few most relevant units (the whole relevance vector is nearly flat, which would let
+        # the graph's hubs outrank the query's own matches)
+        seeds = np.zeros(n)
+        top = np.argsort(-relevance, kind="stable")[:PPR_SEEDS]
+        seeds[top] = relevance[top]
+        personal = seeds / max(float(seeds.sum()), 1e-12)
         rank = personal.copy()
         for _ in range(30):
             rank = (1 - damping) * personal + damping * (
