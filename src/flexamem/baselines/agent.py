@@ -37,7 +37,6 @@ class Baseline(Method):
         super().__init__(traj, budget)
         self.ledger = Ledger(model)
         self.built = 0  # notes already folded into this baseline's memory
-        self._spans: dict[int, np.ndarray] = {}
 
     def notes(self, first: int) -> list[Note]:
         notes = self.session.core.notes()[:first]
@@ -54,18 +53,9 @@ class Baseline(Method):
         s = self.session
         return s.task + "\n" + s.counter.decode(s.counter.encode(s.newest_text())[:300])
 
-    def spans(self, notes: list[Note]) -> list[np.ndarray]:
+    def note_spans(self, notes: list[Note]) -> list[np.ndarray]:
         """MiniLM vectors of each note's 150-token spans (computed once per note)."""
-        s = self.session
-        for note in notes:
-            if note.seq not in self._spans:
-                offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
-                texts = [
-                    note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]]
-                    for a in range(0, len(offsets) - 1, 150)
-                ]
-                self._spans[note.seq] = s.core.embedder.embed(texts)
-        return [self._spans[n.seq] for n in notes]
+        return [self.spans(n) for n in notes]
 
     def compose(self, lines: list[str], represented: set[int]) -> StepContext:
         """Fixed prompt, one memory message of ``lines`` (oldest dropped while over the ceiling), window."""
@@ -114,7 +104,7 @@ class AMemAgent(Baseline):
         notes = self.notes(first)
         if not notes:
             return self.compose([], set())
-        order = self.amem.order(self.session.query_vector(), self.spans(notes))
+        order = self.amem.order(self.session.query_vector(), self.note_spans(notes))
         if self.fod:  # A-Mem's order through FlexA-Mem's unit recovery (timeline + fit-or-degrade)
             ctx = self.session.context(mode="units", order=order)
             shown = {v.seq for v in ctx.memory.shown if v.resolution != "hidden"} if ctx.memory else set()
@@ -142,7 +132,7 @@ class AFMAgent(Baseline):
     def context(self) -> StepContext:
         _, first, _ = self.window()
         notes = self.notes(first)
-        scores = self.afm.scores(self.session.query_vector(), self.spans(notes), AFM_HALF_LIFE)
+        scores = self.afm.scores(self.session.query_vector(), self.note_spans(notes), AFM_HALF_LIFE)
         shown = self.afm.pack(notes, scores, AFM_THRESHOLDS, self.allowance(), self.session.counter)
         lines = [shown[i] for i in sorted(shown)]
         return self.compose(lines, set(shown))
@@ -177,7 +167,7 @@ class MemGASAgent(Baseline):
         notes = self.notes(self.window()[1])
         if not notes:
             return self.compose([], set())
-        ranked = self.memory.rank(self.session.query_vector(), self.spans(notes))
+        ranked = self.memory.rank(self.session.query_vector(), self.note_spans(notes))
         order = self.memory.filter(ranked, self.question(), self.ledger)
         chosen = self.raw_fit(notes, order, self.allowance())
         return self.compose([fmt.raw_block(notes[i]) for i in chosen], set(chosen))

@@ -83,6 +83,7 @@ class Method:
         memory = Memory(":memory:", settings=settings)
         self.session = memory.agent(task=traj.task or "(no task)", budget=budget, system=traj.system)
         self.traj = traj
+        self._spans: dict[int, np.ndarray] = {}  # unit position -> its span vectors
 
     def feed(self, step: TrajStep) -> None:
         self.session.step(action=step.action, observation=step.observation, messages=step.messages)
@@ -98,6 +99,17 @@ class Method:
         s = self.session
         fixed = s.fixed_messages()
         return fixed, messages_tokens(fixed, s.counter), s.core.ceiling(s.budget)
+
+    def spans(self, note: Any) -> np.ndarray:
+        """MiniLM vectors of a note's 150-token spans (notes never change: computed once per method)."""
+        if note.seq not in self._spans:
+            s = self.session
+            offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
+            texts = [
+                note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]] for a in range(0, len(offsets) - 1, 150)
+            ]
+            self._spans[note.seq] = s.core.embedder.embed(texts)
+        return self._spans[note.seq]
 
     def window(self) -> tuple[list[list[int]], int, list[Message]]:
         """The session's units, the first unit of its recent window and the window's messages."""
@@ -213,21 +225,6 @@ class Masking(Method):
 
 class UnitRetrieval(Method):
     """Raw units ranked by the best similarity of their 150-token spans to task + newest unit."""
-
-    def __init__(self, traj: Trajectory, budget: int) -> None:
-        super().__init__(traj, budget)
-        self._spans: dict[int, np.ndarray] = {}
-
-    def spans(self, note: Any) -> np.ndarray:
-        """MiniLM vectors of a note's 150-token spans (notes never change: computed once)."""
-        if note.seq not in self._spans:
-            s = self.session
-            offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
-            texts = [
-                note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]] for a in range(0, len(offsets) - 1, 150)
-            ]
-            self._spans[note.seq] = s.core.embedder.embed(texts)
-        return self._spans[note.seq]
 
     def context(self) -> StepContext:
         s = self.session
