@@ -40,7 +40,7 @@ def test_window_is_longest_newest_run_within_a_quarter() -> None:
         agent.step(action=f"a{i}", observation=observation(i, 3))
     units = agent.units()
     first = agent.window(units)
-    sizes = [agent._unit_tokens(u) for u in units]
+    sizes = [agent.unit_tokens(u) for u in units]
     assert sum(sizes[first:]) <= 8000 // 4
     assert first == 0 or sum(sizes[first - 1 :]) > 8000 // 4
     assert all(sum(agent._raw_tokens[i] for i in u) <= 1000 for u in units)

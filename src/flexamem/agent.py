@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,14 +252,19 @@ class AgentSession:
         """Step indexes of each unit (packing is prefix-stable: only the newest unit still grows)."""
         return pack_steps(self._raw_tokens, self.core.settings.agent_unit_tokens)
 
-    def _unit_tokens(self, unit: list[int]) -> int:
+    def unit_tokens(self, unit: list[int]) -> int:
+        """Tokens of the chat messages recorded by a unit's steps (counted once, when recorded)."""
         return sum(self._msg_tokens[i] for i in unit)
+
+    def step_messages(self, steps: Iterable[int]) -> list[Message]:
+        """The chat messages recorded by these steps (indexes into ``steps``), in the order given."""
+        return [m for i in steps for m in self._messages[i]]
 
     def window(self, units: list[list[int]]) -> int:
         """Index of the first unit in the recent window (newest units within B/4, at least one)."""
         limit, total, first = self.budget // 4, 0, len(units)
         for k in range(len(units) - 1, -1, -1):
-            total += self._unit_tokens(units[k])
+            total += self.unit_tokens(units[k])
             if total > limit and k < len(units) - 1:
                 break
             first = k
@@ -336,7 +341,7 @@ class AgentSession:
         first = min(self.window(units), len(self.core.history))  # units not written (read-only) stay raw
         window, w = self._chat_safe(
             [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]],
-            sum(self._unit_tokens(units[k]) for k in range(first, len(units))),
+            sum(self.unit_tokens(units[k]) for k in range(first, len(units))),
         )
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
         allowance = ceiling - p - w - overhead

@@ -236,7 +236,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if ctx is not None:
                 messages = ctx.messages
             else:  # memory is off: the history passes through unchanged
-                messages = m.session.fixed_messages() + [x for msgs in m.session._messages for x in msgs]
+                messages = m.session.fixed_messages() + m.session.step_messages(range(len(m.session.steps)))
             print(f"# {traj.traj_id}: context before step {args.step} ({args.method}, budget {budget})")
             for msg in messages:
                 print(f"[{msg.get('role')}] {msg.get('content') or ''}")

@@ -116,7 +116,7 @@ class Method:
         s = self.session
         units = s.units()
         first = s.window(units)
-        return units, first, [m for k in range(first, len(units)) for i in units[k] for m in s._messages[i]]
+        return units, first, s.step_messages(i for k in range(first, len(units)) for i in units[k])
 
 
 class FlexaMem(Method):
@@ -140,7 +140,7 @@ class FlexaMem(Method):
 class Full(Method):
     def context(self) -> StepContext:
         fixed, _, _ = self.fixed()
-        msgs = fixed + [m for msgs in self.session._messages for m in msgs]
+        msgs = fixed + self.session.step_messages(range(len(self.session.steps)))
         return StepContext(msgs, messages_tokens(msgs, self.session.counter), set(range(len(self.session.units()))))
 
 
@@ -151,12 +151,12 @@ class Truncation(Method):
         kept: list[int] = []
         used = p
         for k in range(len(s.units()) - 1, -1, -1):
-            size = s._unit_tokens(s.units()[k])
+            size = s.unit_tokens(s.units()[k])
             if used + size > ceiling:
                 break
             kept.insert(0, k)
             used += size
-        msgs = fixed + [m for k in kept for i in s.units()[k] for m in s._messages[i]]
+        msgs = fixed + s.step_messages(i for k in kept for i in s.units()[k])
         return StepContext(msgs, messages_tokens(msgs, s.counter), set(kept))
 
 
@@ -188,7 +188,7 @@ class Masking(Method):
                 }
             )
         for i in range(dropped, len(s.steps)):
-            for m in s._messages[i]:
+            for m in s.step_messages([i]):
                 if i < masked_before and m.get("role") == "tool":
                     m = {**m, "content": f"[outcome] {self.outcome(i)}" if self.rule_log else PLACEHOLDER}
                 out.append(m)
@@ -230,7 +230,7 @@ class UnitRetrieval(Method):
         s = self.session
         fixed, p, ceiling = self.fixed()
         units, first, window = self.window()
-        allowance = ceiling - p - sum(s._unit_tokens(units[k]) for k in range(first, len(units))) - 12
+        allowance = ceiling - p - sum(s.unit_tokens(units[k]) for k in range(first, len(units))) - 12
         notes = s.core.history.notes[:first]
         v = s.query_vector()
         best = [float((self.spans(note) @ v).max()) if len(self.spans(note)) else -1.0 for note in notes]
@@ -380,7 +380,7 @@ def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[
     fixed_text = context_text(s.fixed_messages())
     units = s.units()
     first = s.window(units)
-    window_text = context_text([x for k in range(first, len(units)) for i in units[k] for x in s._messages[i]])
+    window_text = context_text(s.step_messages(i for k in range(first, len(units)) for i in units[k]))
     earlier = "\n".join(st.action + "\n" + st.observation for st in traj.steps[:t])
     needed = [
         v
