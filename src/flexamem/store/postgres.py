@@ -16,10 +16,8 @@ Requires the ``postgres`` extra: ``pip install 'flexamem[postgres]'`` (psycopg 3
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,10 +29,7 @@ from flexamem.errors import (
     StoreError,
     WriteOnceError,
 )
-from flexamem.notes import LLMCall, Note
-from flexamem.store.base import MergedRecord, StepRow
-from flexamem.store.rows import note_row, piece_rows, vector_rows
-from flexamem.store.sql import SQLReads
+from flexamem.store.sql import SQLStore
 
 _IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
 
@@ -113,10 +108,11 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class PostgresStore(SQLReads):
-    LINK_ORDER = "id"
-
+class PostgresStore(SQLStore):
     """A :class:`~flexamem.store.base.Store` in a PostgreSQL database (shared by every process)."""
+
+    LINK_ORDER = "id"
+    LOCK_ROW = " FOR UPDATE"
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 4) -> None:
         try:
@@ -125,6 +121,7 @@ class PostgresStore(SQLReads):
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise StoreError("PostgreSQL needs the postgres extra: pip install 'flexamem[postgres]'") from exc
         self._psycopg = psycopg
+        self.INTEGRITY = (psycopg.IntegrityError,)
         self.path = url
         self.read_only = read_only
         self._closed = False
@@ -212,108 +209,13 @@ class PostgresStore(SQLReads):
                 self._closed = True
                 self._pool.close()
 
-    # -- histories ---------------------------------------------------------------------------------
-    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        rows = self._read("SELECT kind, meta FROM histories WHERE id = %s", (history,))
-        if not rows:
-            with self._write() as conn:
-                conn.execute(
-                    "INSERT INTO histories VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                    (history, kind, json.dumps(meta or {}), time.time()),
-                )
-            rows = self._read("SELECT kind, meta FROM histories WHERE id = %s", (history,))
-        if rows[0][0] != kind:
-            raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
-        return dict(json.loads(rows[0][1]))
+    def _run(self, conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
+        return conn.execute(sql.replace("?", "%s"), args)
 
-    def drop_history(self, history: str) -> bool:
-        with self._write() as conn:
-            if conn.execute("SELECT 1 FROM histories WHERE id = %s FOR UPDATE", (history,)).fetchone() is None:
-                return False
-            conn.execute("INSERT INTO dropping VALUES (%s) ON CONFLICT DO NOTHING", (history,))
-            for table in ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes"):
-                conn.execute(f"DELETE FROM {table} WHERE history_id = %s", (history,))
-            conn.execute("DELETE FROM histories WHERE id = %s", (history,))
-            conn.execute("DELETE FROM dropping WHERE history_id = %s", (history,))
-        return True
-
-    # -- notes -------------------------------------------------------------------------------------
-    def append_notes(
-        self,
-        history: str,
-        notes: Sequence[Note],
-        links: Sequence[tuple[int, int]],
-        calls: Sequence[LLMCall] = (),
-        *,
-        steps: Sequence[StepRow] = (),
-        state: Mapping[str, Any] | None = None,
-    ) -> None:
-        now = time.time()
-        with self._write() as conn:
-            if notes:
-                conn.execute(
-                    "INSERT INTO histories VALUES (%s, %s, '{}', %s) ON CONFLICT (id) DO NOTHING",
-                    (history, notes[0].kind, now),
-                )
-                kind = conn.execute("SELECT kind FROM histories WHERE id = %s", (history,)).fetchone()[0]
-                if kind != notes[0].kind:
-                    raise StoreError(f"history {history!r} is a {kind} history, not {notes[0].kind}")
-            for step in steps:
-                conn.execute("INSERT INTO steps VALUES (%s,%s,%s,%s)", (history, step.n, step.step_id, step.data))
-            for key, value in (state or {}).items():
-                conn.execute(
-                    "INSERT INTO state VALUES (%s,%s,%s) ON CONFLICT (history_id, key) DO UPDATE SET value = %s",
-                    (history, key, json.dumps(value), json.dumps(value)),
-                )
+    def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
             with conn.cursor() as cur:
-                for n in notes:
-                    cur.execute("INSERT INTO notes VALUES (" + ",".join(["%s"] * 21) + ")", note_row(history, n, now))
-                    cur.executemany("INSERT INTO pieces VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", piece_rows(history, n))
-                    cur.executemany(
-                        "INSERT INTO piece_vectors VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING", vector_rows(history, n)
-                    )
-                if links:
-                    cur.executemany(
-                        "INSERT INTO links (history_id, src, dst) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
-                        [(history, a, b) for a, b in links],
-                    )
-                _insert_calls(cur, history, calls)
-
-    # -- caches and accounting ---------------------------------------------------------------------
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
-        with self._write() as conn:
-            with conn.cursor() as cur:
-                _insert_calls(cur, history, calls)
-            conn.execute(
-                "INSERT INTO merged VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
-                (
-                    history,
-                    merged.first,
-                    merged.last,
-                    merged.level,
-                    merged.text,
-                    merged.tokens,
-                    merged.writer,
-                    time.time(),
-                    int(merged.flagged),
-                ),
-            )
-        return self.get_merged(history, merged.first, merged.last, merged.level) or merged
-
-    def record_llm_call(self, history: str, call: LLMCall) -> None:
-        with self._write() as conn, conn.cursor() as cur:
-            _insert_calls(cur, history, [call])
-
-
-def _insert_calls(cur: Any, history: str, calls: Sequence[LLMCall]) -> None:
-    if not calls:
-        return
-    now = time.time()
-    cur.executemany(
-        "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at)"
-        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-        [(history, c.seq, c.purpose, c.model, c.prompt_tokens, c.completion_tokens, int(c.cached), now) for c in calls],
-    )
+                cur.executemany(sql.replace("?", "%s"), rows)
 
 
 def _safe(url: str) -> str:

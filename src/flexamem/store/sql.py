@@ -1,33 +1,161 @@
-"""What every SQL store reads the same way (SQLite and PostgreSQL): one copy of each query.
+"""What every SQL store does the same way (SQLite and PostgreSQL): one copy of each query and write.
 
-A backend provides ``_read(sql, args)`` for ``?``-placeholder SQL (PostgreSQL's store turns them into
-``%s``), ``append_notes`` and ``LINK_ORDER`` (the column that orders link rows as they were added).
+The SQL is written once, with ``?`` placeholders and the ``INSERT ... ON CONFLICT`` both databases
+speak. A backend provides the plumbing: ``_read(sql, args)``, ``_write()`` (one transaction, its
+errors mapped to ours), ``_run(conn, sql, args)`` / ``_run_many(conn, sql, rows)`` inside it
+(PostgreSQL's turn ``?`` into ``%s``), ``INTEGRITY`` (its unique-violation error types),
+``LINK_ORDER`` (the column that orders link rows as they were added) and ``LOCK_ROW`` (what locks a
+row read in a write: ``FOR UPDATE`` in PostgreSQL; SQLite's write transaction already holds the lock).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
+from flexamem.errors import ConcurrentWriteError, DuplicateUnitError, StoreError
 from flexamem.notes import LLMCall, Note
 from flexamem.store.base import MergedRecord, StepRow
-from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, notes_from_rows
+from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
 MERGED_COLUMNS = "first_seq, last_seq, level, text, tokens, writer, flagged"
+NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
+ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
 
 
 def _merged(r: Sequence[Any]) -> MergedRecord:
     return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
 
-class SQLReads:
+class SQLStore:
     LINK_ORDER = "rowid"
+    LOCK_ROW = ""
+    INTEGRITY: tuple[type[Exception], ...] = ()
 
+    # -- the backend's plumbing --------------------------------------------------------------------
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
-    append_notes: Callable[..., None]  # the backend's: notes, links, calls, steps and state in one transaction
+    def _write(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _run(self, conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    # -- histories ---------------------------------------------------------------------------------
+    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
+        if not rows:  # another process may create it first: the first meta wins
+            with self._write() as conn:
+                self._run(
+                    conn,
+                    "INSERT INTO histories VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    (history, kind, json.dumps(meta or {}), time.time()),
+                )
+            rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
+        if rows[0][0] != kind:
+            raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
+        return dict(json.loads(rows[0][1]))
+
+    def drop_history(self, history: str) -> bool:
+        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting); the
+        only deletion there is (the write-once triggers let it through while the history is marked in
+        ``dropping``). Returns whether it existed."""
+        with self._write() as conn:
+            if self._run(conn, "SELECT 1 FROM histories WHERE id = ?" + self.LOCK_ROW, (history,)).fetchone() is None:
+                return False
+            self._run(conn, "INSERT INTO dropping VALUES (?) ON CONFLICT DO NOTHING", (history,))
+            for table in ERASED:
+                self._run(conn, f"DELETE FROM {table} WHERE history_id = ?", (history,))
+            self._run(conn, "DELETE FROM histories WHERE id = ?", (history,))
+            self._run(conn, "DELETE FROM dropping WHERE history_id = ?", (history,))
+        return True
+
+    # -- notes -------------------------------------------------------------------------------------
+    def append_notes(
+        self,
+        history: str,
+        notes: Sequence[Note],
+        links: Sequence[tuple[int, int]],
+        calls: Sequence[LLMCall] = (),
+        *,
+        steps: Sequence[StepRow] = (),
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Notes with their pieces, vectors and links, model calls, steps and state: one transaction."""
+        now = time.time()
+        with self._write() as conn:
+            if notes:  # the history row lands with its first notes (a failed write leaves no empty history)
+                kind = notes[0].kind
+                self._run(conn, "INSERT INTO histories VALUES (?, ?, '{}', ?) ON CONFLICT (id) DO NOTHING",
+                          (history, kind, now))  # fmt: skip
+                stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
+                if stored != kind:
+                    raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
+            for step in steps:
+                try:
+                    self._run(conn, "INSERT INTO steps VALUES (?,?,?,?)", (history, step.n, step.step_id, step.data))
+                except self.INTEGRITY as exc:
+                    raise ConcurrentWriteError(f"step {step.n} of {history!r} was written by another writer") from exc
+            for key, value in (state or {}).items():
+                self._run(
+                    conn,
+                    "INSERT INTO state VALUES (?,?,?)"
+                    " ON CONFLICT (history_id, key) DO UPDATE SET value = excluded.value",
+                    (history, key, json.dumps(value)),
+                )
+            for n in notes:
+                try:
+                    self._run(conn, f"INSERT INTO notes VALUES ({NOTE_MARKS})", note_row(history, n, now))
+                except self.INTEGRITY as exc:
+                    if "unit" in str(exc):
+                        raise DuplicateUnitError(f"unit {n.unit_id!r} is already in history {history!r}") from exc
+                    raise ConcurrentWriteError(f"note {n.seq} of {history!r} was written by another writer") from exc
+                self._run_many(conn, "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)", piece_rows(history, n))
+                self._run_many(
+                    conn, "INSERT INTO piece_vectors VALUES (?,?,?,?) ON CONFLICT DO NOTHING", vector_rows(history, n)
+                )
+            self._run_many(
+                conn,
+                "INSERT INTO links (history_id, src, dst) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+                [(history, a, b) for a, b in links],
+            )
+            self._insert_calls(conn, history, calls)
+
+    # -- caches and accounting ---------------------------------------------------------------------
+    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
+        """Keep a merged record (the first one written wins) and the calls that wrote it."""
+        with self._write() as conn:
+            self._insert_calls(conn, history, calls)
+            self._run(
+                conn,
+                "INSERT INTO merged VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                (history, merged.first, merged.last, merged.level, merged.text, merged.tokens, merged.writer,
+                 time.time(), int(merged.flagged)),
+            )  # fmt: skip
+        return self.get_merged(history, merged.first, merged.last, merged.level) or merged
+
+    def record_llm_call(self, history: str, call: LLMCall) -> None:
+        with self._write() as conn:
+            self._insert_calls(conn, history, [call])
+
+    def _insert_calls(self, conn: Any, history: str, calls: Sequence[LLMCall]) -> None:
+        now = time.time()
+        self._run_many(
+            conn,
+            "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens, cached,"
+            " created_at) VALUES (?,?,?,?,?,?,?,?)",
+            [(history, c.seq, c.purpose, c.model, c.prompt_tokens, c.completion_tokens, int(c.cached), now)
+             for c in calls],
+        )  # fmt: skip
+
+    # -- reads -------------------------------------------------------------------------------------
 
     def histories(self) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read("SELECT id, kind FROM histories ORDER BY created_at, id")]

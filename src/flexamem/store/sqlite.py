@@ -6,34 +6,27 @@ links and merged records, so not even raw SQL through this connection can rewrit
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from flexamem.errors import (
-    ConcurrentWriteError,
-    DuplicateUnitError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreError,
     WriteOnceError,
 )
-from flexamem.notes import Note
-from flexamem.store.base import LLMCall, MergedRecord, StepRow
-from flexamem.store.rows import note_row, piece_rows, vector_rows
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
-from flexamem.store.sql import SQLReads
-
-NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
+from flexamem.store.sql import SQLStore
 
 
-class SQLiteStore(SQLReads):
+class SQLiteStore(SQLStore):
     """A :class:`~flexamem.store.base.Store` in one SQLite file (or ``":memory:"``)."""
+
+    INTEGRITY = (sqlite3.IntegrityError,)
 
     def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
         self.path = str(path)
@@ -115,115 +108,11 @@ class SQLiteStore(SQLReads):
                 self._db.close()
                 self._db = None
 
-    # -- histories ---------------------------------------------------------------------------------
-    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
-        if rows:
-            if rows[0][0] != kind:
-                raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
-            return dict(json.loads(rows[0][1]))
-        with self._write() as db:  # another process may create it first: the first meta wins
-            db.execute(
-                "INSERT OR IGNORE INTO histories VALUES (?, ?, ?, ?)",
-                (history, kind, json.dumps(meta or {}), time.time()),
-            )
-            row = db.execute("SELECT kind, meta FROM histories WHERE id = ?", (history,)).fetchone()
-        if row[0] != kind:
-            raise StoreError(f"history {history!r} is a {row[0]} history, not {kind}")
-        return dict(json.loads(row[1]))
+    def _run(self, conn: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return conn.execute(sql, args)
 
-    def drop_history(self, history: str) -> bool:
-        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting); the
-        only deletion there is. Returns whether it existed."""
-        with self._write() as db:
-            if db.execute("SELECT 1 FROM histories WHERE id = ?", (history,)).fetchone() is None:
-                return False
-            db.execute("INSERT OR IGNORE INTO dropping VALUES (?)", (history,))
-            for table in ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes"):
-                db.execute(f"DELETE FROM {table} WHERE history_id = ?", (history,))
-            db.execute("DELETE FROM histories WHERE id = ?", (history,))
-            db.execute("DELETE FROM dropping WHERE history_id = ?", (history,))
-        return True
-
-    # -- notes -------------------------------------------------------------------------------------
-    def append_notes(
-        self,
-        history: str,
-        notes: Sequence[Note],
-        links: Sequence[tuple[int, int]],
-        calls: Sequence[LLMCall] = (),
-        *,
-        steps: Sequence[StepRow] = (),
-        state: Mapping[str, Any] | None = None,
-    ) -> None:
-        now = time.time()
-        with self._write() as db:
-            if notes:  # the history row lands with its first notes (a failed write leaves no empty history)
-                db.execute(
-                    "INSERT OR IGNORE INTO histories VALUES (?, ?, '{}', ?)", (history, notes[0].kind, time.time())
-                )
-                kind = db.execute("SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
-                if kind != notes[0].kind:
-                    raise StoreError(f"history {history!r} is a {kind} history, not {notes[0].kind}")
-            for step in steps:
-                try:
-                    db.execute("INSERT INTO steps VALUES (?,?,?,?)", (history, step.n, step.step_id, step.data))
-                except sqlite3.IntegrityError as exc:
-                    raise ConcurrentWriteError(f"step {step.n} of {history!r} was written by another writer") from exc
-            for key, value in (state or {}).items():
-                db.execute("INSERT OR REPLACE INTO state VALUES (?,?,?)", (history, key, json.dumps(value)))
-            for n in notes:
-                try:
-                    db.execute(
-                        "INSERT INTO notes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        note_row(history, n, now),
-                    )
-                except sqlite3.IntegrityError as exc:
-                    if "unit_id" in str(exc):
-                        raise DuplicateUnitError(f"unit {n.unit_id!r} is already in history {history!r}") from exc
-                    if "seq" in str(exc):
-                        raise ConcurrentWriteError(
-                            f"note {n.seq} of {history!r} was written by another writer"
-                        ) from exc
-                    raise
-                db.executemany("INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)", piece_rows(history, n))
-                db.executemany("INSERT OR IGNORE INTO piece_vectors VALUES (?,?,?,?)", vector_rows(history, n))
-            db.executemany("INSERT OR IGNORE INTO links VALUES (?,?,?)", [(history, a, b) for a, b in links])
-            _insert_calls(db, history, calls)
-
-    # -- caches and accounting ---------------------------------------------------------------------
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
-        with self._write() as db:
-            _insert_calls(db, history, calls)
-            db.execute(
-                "INSERT OR IGNORE INTO merged VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    history,
-                    merged.first,
-                    merged.last,
-                    merged.level,
-                    merged.text,
-                    merged.tokens,
-                    merged.writer,
-                    time.time(),
-                    int(merged.flagged),
-                ),
-            )
-        stored = self.get_merged(history, merged.first, merged.last, merged.level)
-        return stored or merged
-
-    def record_llm_call(self, history: str, call: LLMCall) -> None:
-        with self._write() as db:
-            _insert_calls(db, history, [call])
-
-
-def _insert_calls(db: sqlite3.Connection, history: str, calls: Sequence[LLMCall]) -> None:
-    now = time.time()
-    db.executemany(
-        "INSERT INTO llm_calls (history_id, seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at)"
-        " VALUES (?,?,?,?,?,?,?,?)",
-        [(history, c.seq, c.purpose, c.model, c.prompt_tokens, c.completion_tokens, int(c.cached), now) for c in calls],
-    )
+    def _run_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        conn.executemany(sql, rows)
 
 
 def _split_sql(script: str) -> list[str]:
