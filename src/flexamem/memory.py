@@ -290,11 +290,13 @@ class Memory:
         return self.store.drop_history(self._session_prefix + sid)
 
     def llm_usage(self) -> dict[str, int]:
-        """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache."""
-        out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_calls": 0}
+        """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache
+        (``cached_tokens``: what the calls the cache answered would have cost)."""
+        out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_calls": 0, "cached_tokens": 0}
         for c in self.store.llm_calls(self.history_id):
             if c.cached:
                 out["cached_calls"] += 1
+                out["cached_tokens"] += c.prompt_tokens + c.completion_tokens
                 continue
             out["calls"] += 1
             out["prompt_tokens"] += c.prompt_tokens

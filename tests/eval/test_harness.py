@@ -120,3 +120,25 @@ def test_cli_eval_longmemeval_fixture_writes_every_output(tmp_path: Path, capsys
 def test_locomo_categories_are_checked(tmp_path: Path) -> None:
     with pytest.raises(fm.InvalidInputError, match="categories"):
         locomo_histories(tmp_path / "x.json", (9,))
+
+
+def test_an_llm_record_writer_is_billed_on_flexamem_rows(tmp_path: Path) -> None:
+    from flexamem.llm import OpenAICompatible, RetryPolicy
+    from flexamem.write.llm_writer import LLMWriter
+    from tests.llm.fake_server import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        llm = OpenAICompatible(server.url, "fake", retry=RetryPolicy(max_retries=1, base_delay=0.01), timeout=5)
+        path = run(
+            [tiny_history()], ["auto", "truncation"], [120, 2000], tmp_path / "o", writer=LLMWriter(llm), progress=False
+        )
+        asked = len(server.requests)
+    rows = {(r["method"], r["budget"]): r for r in load_rows(tmp_path / "o")}
+    assert path.exists() and asked >= 8  # one record per session at least
+    build = {r["llm_tokens"]["build"] for (m, _), r in rows.items() if m == "auto"}
+    assert len(build) == 1 and build.pop() > 0  # the same history's records, billed once per row
+    # a tight budget has merged records written (once: then reused); a wide one needs none
+    assert rows[("auto", 120)]["llm_tokens"]["read"] > 0 and rows[("auto", 2000)]["llm_tokens"]["read"] == 0
+    assert "llm_tokens" not in rows[("truncation", 120)]  # a method that shows no record pays nothing
+    plain = run([tiny_history()], ["auto"], [2000], tmp_path / "rule", progress=False)
+    assert all("llm_tokens" not in r for r in load_rows(plain.parent))  # the rule writer costs nothing

@@ -22,7 +22,7 @@ from flexamem.config import Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
 from flexamem.eval.measures import answer_contained, normalise
-from flexamem.eval.methods import METHODS, MethodContext, Output
+from flexamem.eval.methods import METHODS, MethodContext, Output, writer_tokens
 from flexamem.eval.reader import READER_PROMPT, LLMReader
 from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 from flexamem.llm.client import ChatModel
@@ -180,7 +180,9 @@ def _context(h: QAHistory, settings: Settings | None, writer: RecordWriter | Non
     mem = Memory(":memory:", settings=s, writer=writer)
     for session in h.sessions:
         mem.add_session(session.turns, session_id=session.session_id, date=session.date)
-    return MethodContext(mem, READER_PROMPT)
+    ctx = MethodContext(mem, READER_PROMPT)
+    ctx.extra["writer_tokens"] = writer_tokens(mem)  # the LLM record writer's bill (0 with the rule writer)
+    return ctx
 
 
 def _turn_pieces(mem: Memory) -> dict[str, list[str]]:

@@ -83,10 +83,24 @@ class Output:
 Method = Callable[[MethodContext, str, int], Output]
 
 
+def writer_tokens(mem: Memory) -> int:
+    """Every model token the history's record writer has cost so far (cached answers included: the
+    method's cost, as the baselines' ledger counts it); 0 with the rule writer."""
+    usage = mem.llm_usage()
+    return usage["prompt_tokens"] + usage["completion_tokens"] + usage["cached_tokens"]
+
+
 def _flexamem(mode: str, options: RenderOptions | None = None) -> Method:
+    """A FlexA-Mem mode. With an LLM record writer its rows carry ``llm_tokens``: ``build`` the records
+    (counted once after ingest, ``ctx.extra["writer_tokens"]``), ``read`` the merged records this
+    rendering had written (each written once, then reused)."""
+
     def run(ctx: MethodContext, question: str, budget: int) -> Output:
+        build = int(ctx.extra.get("writer_tokens", 0))  # type: ignore[call-overload]
+        before = writer_tokens(ctx.mem) if build else 0  # the rule writer: no bill, no extra reads
         r = ctx.mem.render(question, budget, mode=mode, prompt=ctx.prompt, options=options)
-        return Output(r.text, r.tokens, True, dict(r.composition))
+        billed = {"build": build, "read": writer_tokens(ctx.mem) - before} if build else {}
+        return Output(r.text, r.tokens, True, dict(r.composition), billed)
 
     return run
 
