@@ -73,6 +73,8 @@ def test_search_reaches_folded_fragments() -> None:
     frags.fit(0)
     found = frags.apply(call("search_context", query="Visa refund"), ledger, 10_000)
     assert found.startswith("u3: Ana: The hotel refund of 212 euros goes to my Visa ending 4417.")
+    listed = frags.apply(ToolCall("c", "search_context", {"query": ["Visa", "refund"]}), ledger, 10_000)
+    assert listed == found  # a list of phrases is searched as their words
     assert "no fragment mentions" in frags.search("zeppelin")
     assert frags.search("the and of") == "nothing to search for"
 

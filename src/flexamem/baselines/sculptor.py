@@ -143,7 +143,8 @@ class Fragments:
     def apply(self, call: ToolCall, ledger: Ledger, allowance: int) -> str:
         """Carry out one tool call; the result the model is told."""
         if call.name == "search_context":
-            return self.search(str(call.arguments.get("query", "")))
+            query = call.arguments.get("query", "")  # small models also send a list of phrases
+            return self.search(" ".join(map(str, query)) if isinstance(query, list) else str(query))
         f = self.find(call.arguments.get("fragment_id"))
         if f is None:
             return f"no fragment {call.arguments.get('fragment_id')!r}"
