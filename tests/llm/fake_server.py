@@ -146,13 +146,13 @@ class FakeOpenAI:
                     text = message["content"] or ""
                 else:
                     text = answer_for(body["messages"], json_mode)
+                    if fault == "badjson":
+                        text = "Sure! Here is the record: " + text[:40]
+                    if fault == "long":
+                        text = json.dumps(
+                            {"record": "word " * 200, "keywords": ["k"], "tags": ["t"], "description": "long " * 60}
+                        )
                     message = {"role": "assistant", "content": text}
-                if fault == "badjson":
-                    text = "Sure! Here is the record: " + text[:40]
-                if fault == "long":
-                    text = json.dumps(
-                        {"record": "word " * 200, "keywords": ["k"], "tags": ["t"], "description": "long " * 60}
-                    )
                 reply = {
                     "id": "fake",
                     "object": "chat.completion",
