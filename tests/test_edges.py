@@ -101,3 +101,27 @@ def test_render_reports_the_mode_asked_and_labels_name_units() -> None:
     assert mem.note("u1") == mem.note("s1")
     with pytest.raises(fm.InvalidInputError):
         mem.note("u2")
+
+
+def test_an_order_names_units_by_id_or_label_in_memory_and_agent_sessions() -> None:
+    mem = fm.Memory(":memory:", settings=fm.Settings(one_unit_per_session=True))
+    for i in range(8):
+        fact = "The locker code is 5521." if i == 1 else f"Day {i}: nothing to note, grey weather."
+        mem.add_session([{"speaker": "Ana", "text": fact + " Filler text here." * 20}], session_id=f"s{i}")
+    query = "What is the weather like?"  # by itself unit recovery would not lead with the locker
+    by_id = mem.render(query, 400, mode="units", order=["s1", "s0"])
+    assert "[u2 · s1 · raw]" in by_id.text  # the unit ranked first is shown raw
+    assert by_id.text == mem.render(query, 400, mode="units", order=["u2", "u1"]).text
+    assert "[u2 · s1 · raw]" not in mem.render(query, 400, mode="units").text
+    for bad in ("s1", ["s1", 3], ["nope"]):
+        with pytest.raises(fm.InvalidInputError, match=r"unit|order"):
+            mem.render(query, 400, mode="units", order=bad)  # type: ignore[arg-type]
+    agent = fm.Memory(":memory:").agent(task="Open the locker.", budget=900)
+    for i in range(30):
+        agent.step(action=f"look({i})", observation=("code 5521 " if i == 2 else "") + f"shelf {i} is empty " * 12)
+    plain = agent.context(mode="units")
+    ordered = agent.context(mode="units", order=["u1"])  # the oldest unit: where the code is
+    shown = ["\n".join(str(m["content"]) for m in c.messages) for c in (plain, ordered)]
+    assert "[u1 · steps 1-" not in shown[0] and "[u1 · steps 1-" in shown[1]  # ranked first: recovered
+    with pytest.raises(fm.InvalidInputError, match="no unit"):
+        agent.context(mode="units", order=["u999"])

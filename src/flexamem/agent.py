@@ -237,7 +237,7 @@ class AgentSession:
             self._step_ids[row.step_id] = step.number
 
     async def acontext(
-        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[int] | None = None
+        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[str] | None = None
     ) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
         return await asyncio.to_thread(self.context, options, mode, order)
@@ -297,15 +297,17 @@ class AgentSession:
         return self.context(options, mode).messages
 
     def context(
-        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[int] | None = None
+        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[str] | None = None
     ) -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
         ``mode`` is ``"auto"`` (the default: pieces ranked by stemmed BM25 against the task with the
         newest unit, lifted when they hold identifiers, under a timeline at ``rho``; the best measured on
         the development trajectories, docs/EVALUATION_AGENTS.md), ``"units"`` (the paper's unit
-        recovery) or ``"pieces"`` (the paper's piece recovery). A repeated call with no new step
-        returns the same context without rendering again.
+        recovery) or ``"pieces"`` (the paper's piece recovery). ``order`` (unit ids or labels, most
+        relevant first) replaces unit recovery's candidate order, as in :meth:`Memory.render`: another
+        memory's ranking rendered with the timeline and fit-or-degrade. A repeated call with no new
+        step returns the same context without rendering again.
         """
         if mode not in MODES:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -318,7 +320,7 @@ class AgentSession:
         self._last = (key, context)
         return context
 
-    def _context(self, options: RenderOptions | None, mode: str, order: Sequence[int] | None = None) -> AgentContext:
+    def _context(self, options: RenderOptions | None, mode: str, order: Sequence[str] | None = None) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -350,7 +352,10 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
             return self._cut_newest(fixed, ceiling, first)
-        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=order)
+        with self.core.lock:
+            self.core.sync()
+            positions = self.core.positions(order) if order is not None else None
+        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=positions)
         messages = list(fixed)
         if rendering.text:
             messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.errors import BudgetError, ConcurrentWriteError, DuplicateUnitError
+from flexamem.errors import BudgetError, ConcurrentWriteError, DuplicateUnitError, InvalidInputError
 from flexamem.history import History
 from flexamem.notes import Note, Record, UnitDraft
 from flexamem.render.renderer import Renderer
@@ -128,6 +128,26 @@ class HistoryCore:
         with self.lock:
             self.sync()
             return dataclasses.replace(self.history.notes[seq], links=tuple(self.history.links[seq]))
+
+    def position(self, unit_id: object) -> int:
+        """The position of a unit named by its id or by the label renders show (``u<n>``), in the view
+        as last caught up."""
+        if not isinstance(unit_id, str):
+            raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
+        history = self.history
+        seq = history.unit_ids.get(unit_id)
+        if seq is None and unit_id[:1] == "u" and unit_id[1:].isdigit() and 0 < int(unit_id[1:]) <= len(history):
+            seq = int(unit_id[1:]) - 1
+        if seq is None:
+            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
+        return seq
+
+    def positions(self, order: object) -> list[int]:
+        """``order`` (unit ids or labels, most relevant first) as positions; call under ``lock`` after
+        :meth:`sync`, so the names resolve against the view the rendering uses."""
+        if isinstance(order, str | bytes) or not isinstance(order, Sequence):
+            raise InvalidInputError("order must be a list of unit ids or labels")
+        return [self.position(u) for u in order]
 
     def verify(self) -> list[str]:
         """Problems found re-checking every note's digest chain against its stored content (empty: none).

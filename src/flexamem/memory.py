@@ -314,18 +314,9 @@ class Memory:
         if not isinstance(unit_id, str):
             raise InvalidInputError(f"unit_id must be a string, got {type(unit_id).__name__}")
         self.core.sync()
-        return self.core.note(self._seq(unit_id))
-
-    def _seq(self, unit_id: str) -> int:
-        """The position of a unit named by its id or its label (the view as last caught up)."""
-        if not isinstance(unit_id, str):
-            raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
-        seq = self.history.unit_ids.get(unit_id)
-        if seq is None and unit_id[:1] == "u" and unit_id[1:].isdigit() and 0 < int(unit_id[1:]) <= len(self.history):
-            seq = int(unit_id[1:]) - 1
-        if seq is None:
-            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
-        return seq
+        with self.core.lock:
+            self.core.sync()
+            return self.core.note(self.core.position(unit_id))
 
     # -- rendering ---------------------------------------------------------------------------------
     def render(
@@ -369,8 +360,6 @@ class Memory:
             if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
         allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
-        if order is not None and (isinstance(order, str | bytes) or not isinstance(order, Sequence)):
-            raise InvalidInputError("order must be a list of unit ids")
         q = Query(
             text=query,
             terms=query_terms(query),
@@ -380,7 +369,7 @@ class Memory:
         with self.core.lock:
             self.core.sync()
             if order is not None:  # resolved once, against the view just caught up
-                q = dataclasses.replace(q, order=[self._seq(u) for u in order])
+                q = dataclasses.replace(q, order=self.core.positions(order))
             return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
 
     async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:

@@ -106,7 +106,7 @@ class AMemAgent(Baseline):
             return self.compose([], set())
         order = self.amem.order(self.session.query_vector(), self.note_spans(notes))
         if self.fod:  # A-Mem's order through FlexA-Mem's unit recovery (timeline + fit-or-degrade)
-            ctx = self.session.context(mode="units", order=order)
+            ctx = self.session.context(mode="units", order=[notes[s].unit_id for s in order])
             shown = {v.seq for v in ctx.memory.shown if v.resolution != "hidden"} if ctx.memory else set()
             return StepContext(ctx.messages, ctx.tokens, shown | set(ctx.window_units))
         allowance, lines = self.allowance(), []
