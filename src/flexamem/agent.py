@@ -327,7 +327,7 @@ class AgentSession:
         if p >= ceiling:
             raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
         units = self.units()
-        history, history_tokens = self._chat_safe([m for msgs in self._messages for m in msgs], sum(self._msg_tokens))
+        history, history_tokens = self._chat_safe(self.step_messages(range(len(self.steps))), sum(self._msg_tokens))
         started = self._started
         if not started and p + history_tokens <= ceiling:
             return AgentContext(
@@ -342,7 +342,7 @@ class AgentSession:
             self._started = True
         first = min(self.window(units), len(self.core.history))  # units not written (read-only) stay raw
         window, w = self._chat_safe(
-            [m for k in range(first, len(units)) for i in units[k] for m in self._messages[i]],
+            self.step_messages(i for k in range(first, len(units)) for i in units[k]),
             sum(self.unit_tokens(units[k]) for k in range(first, len(units))),
         )
         overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
@@ -352,9 +352,11 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
             return self._cut_newest(fixed, ceiling, first)
-        with self.core.lock:
-            self.core.sync()
-            positions = self.core.positions(order) if order is not None else None
+        positions = None
+        if order is not None:  # resolved against the notes as stored now (another process may have added some)
+            with self.core.lock:
+                self.core.sync()
+                positions = self.core.positions(order)
         rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=positions)
         messages = list(fixed)
         if rendering.text:
@@ -456,7 +458,7 @@ class AgentSession:
         arguments) with a visible mark, again until it fits; when nothing is left to cut, the oldest
         message goes. Tool calls and replies stay paired (what breaks a pair becomes text)."""
         units = self.units()
-        messages = chat_safe([m for i in units[-1] for m in self._messages[i]])
+        messages = chat_safe(self.step_messages(units[-1]))
         messages = [json.loads(json.dumps(m)) for m in messages]  # cut copies, never the stored step
         while messages and messages_tokens(fixed + messages, self.counter) > ceiling:
             over = messages_tokens(fixed + messages, self.counter) - ceiling

@@ -40,8 +40,8 @@ class History:
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._turns: dict[object, dict[str, frozenset[int]]] = {}
-        self._floors: dict[object, list[int]] = {}  # render-side counts of short fixed strings (headers)
+        self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
+        self._floors: dict[object, list[int]] = {}  # per omission-mark size: each piece's least cost
 
     def __len__(self) -> int:
         return len(self.notes)

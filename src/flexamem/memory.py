@@ -311,9 +311,6 @@ class Memory:
     def note(self, unit_id: str) -> Note:
         """The note of a unit, by its id (``note.unit_id``) or by the label renders show (``note.label``,
         ``u<position>``)."""
-        if not isinstance(unit_id, str):
-            raise InvalidInputError(f"unit_id must be a string, got {type(unit_id).__name__}")
-        self.core.sync()
         with self.core.lock:
             self.core.sync()
             return self.core.note(self.core.position(unit_id))

@@ -190,7 +190,7 @@ def note_json(note: Note, full: bool = False) -> dict[str, Any]:
         "raw_tokens": note.raw_tokens,
         "record_tokens": note.record_tokens,
         "pieces": len(note.pieces),
-        "links": [f"u{s + 1}" for s in note.links],
+        "links": [unit_label(s) for s in note.links],
         "writer": note.writer,
     }
     if full:

@@ -204,7 +204,8 @@ class OpenAICompatible:
         hit = self.cache.get(key)
         if hit is None:
             return None
-        text, calls = hit[0], ()  # type: tuple[str, tuple[ToolCall, ...]]
+        text = hit[0]
+        calls: tuple[ToolCall, ...] = ()
         if "tools" in payload:  # a tool answer is kept as {"text": ..., "tool_calls": [...]}
             kept = json.loads(text)
             text = kept["text"]
