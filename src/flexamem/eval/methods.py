@@ -15,12 +15,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flexamem.memory import Memory
+from flexamem.notes import Note
 from flexamem.recover.bm25 import BM25Index
 from flexamem.render import format as fmt
 from flexamem.render.renderer import AUTO_ABLATIONS, RenderOptions
 from flexamem.text import content_words, query_terms
+from flexamem.tokens import TokenCounter
 
 SPAN_TOKENS = 150
+
+
+def span_texts(note: Note, counter: TokenCounter) -> list[str]:
+    """A unit's raw text cut into spans of ``SPAN_TOKENS`` tokens (what the raw-text indexes embed)."""
+    offsets = [*counter.token_offsets(note.raw), len(note.raw)]
+    last = len(offsets) - 1
+    return [note.raw[offsets[a] : offsets[min(a + SPAN_TOKENS, last)]] for a in range(0, last, SPAN_TOKENS)]
 
 
 @dataclass
@@ -59,15 +68,10 @@ class MethodContext:
     def spans(self) -> list[np.ndarray]:
         """MiniLM vectors of each unit's 150-token spans (computed once per history)."""
         if self.span_vectors is None:
-            counter, notes = self.mem.counter, self.mem.history.notes
-            texts, owners = [], []
-            for note in notes:
-                offsets = [*counter.token_offsets(note.raw), len(note.raw)]
-                for s in range(0, len(offsets) - 1, SPAN_TOKENS):
-                    texts.append(note.raw[offsets[s] : offsets[min(s + SPAN_TOKENS, len(offsets) - 1)]])
-                    owners.append(note.seq)
-            vectors = self.mem.embedder.embed(texts)
-            self.span_vectors = [vectors[[i for i, o in enumerate(owners) if o == n.seq]] for n in notes]
+            per_note = [span_texts(note, self.mem.counter) for note in self.mem.history.notes]
+            vectors = self.mem.embedder.embed([t for texts in per_note for t in texts])
+            bounds = np.cumsum([len(texts) for texts in per_note])[:-1]
+            self.span_vectors = list(np.split(vectors, bounds)) if per_note else []
         return self.span_vectors
 
 

@@ -29,9 +29,10 @@ import numpy as np
 from flexamem.chat import Message
 from flexamem.config import Settings
 from flexamem.errors import InvalidInputError
-from flexamem.eval.methods import score_ranks
+from flexamem.eval.methods import score_ranks, span_texts
 from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
+from flexamem.notes import Note
 from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
 from flexamem.render.messages import messages_tokens
@@ -100,15 +101,10 @@ class Method:
         fixed = s.fixed_messages()
         return fixed, messages_tokens(fixed, s.counter), s.core.ceiling(s.budget)
 
-    def spans(self, note: Any) -> np.ndarray:
+    def spans(self, note: Note) -> np.ndarray:
         """MiniLM vectors of a note's 150-token spans (notes never change: computed once per method)."""
         if note.seq not in self._spans:
-            s = self.session
-            offsets = [*s.counter.token_offsets(note.raw), len(note.raw)]
-            texts = [
-                note.raw[offsets[a] : offsets[min(a + 150, len(offsets) - 1)]] for a in range(0, len(offsets) - 1, 150)
-            ]
-            self._spans[note.seq] = s.core.embedder.embed(texts)
+            self._spans[note.seq] = self.session.core.embedder.embed(span_texts(note, self.session.counter))
         return self._spans[note.seq]
 
     def window(self) -> tuple[list[list[int]], int, list[Message]]:
