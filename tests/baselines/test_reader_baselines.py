@@ -48,7 +48,7 @@ def test_every_baseline_fits_its_budget_and_reports_its_tokens(name: str) -> Non
 def test_a_mem_links_evolves_and_searches() -> None:
     ctx = context()
     ledger = Ledger(StandInModel())
-    amem = AMem.build(ctx.mem, ledger)
+    amem = AMem(ctx.mem.embedder).build(ctx.mem.notes(), ledger)
     assert any(amem.links) and ledger.calls["build"] > len(SESSIONS)  # notes, links and evolution calls
     order = amem.order(ctx.mem.query_vector("What is the name of Ana's beagle?"), ctx.spans())
     assert order[0] in (0, 1, 4) and sorted(order) == list(range(len(SESSIONS)))
@@ -96,7 +96,7 @@ def test_memgas_links_by_a_gaussian_mixture_and_ranks_by_pagerank() -> None:
     assert gmm_threshold(np.full(10, 0.5)) == float("inf")  # nothing to separate: no links
     ctx = context()
     ledger = Ledger(StandInModel())
-    memory = MemGAS.build(ctx.mem.notes(), ctx.mem.embedder, ledger)
+    memory = MemGAS(ctx.mem.embedder).build(ctx.mem.notes(), ledger)
     order = memory.rank(ctx.mem.query_vector("the beagle Biscuit and puppy school"), ctx.spans())
     assert sorted(order) == list(range(len(SESSIONS))) and order[0] in (0, 1, 4)
     kept = memory.filter(order, "Which flight to Porto?", ledger)

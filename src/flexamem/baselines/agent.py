@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from flexamem.baselines.ledger import Ledger
-from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
+from flexamem.baselines.memories import AFM, AMem, Incremental, MemGAS, ReadAgent, Summary
 from flexamem.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
 from flexamem.baselines.sculptor import Fragments, manage, with_tools
 from flexamem.chat import Message
@@ -37,6 +37,8 @@ class Baseline(Method):
         super().__init__(traj, budget)
         self.ledger = Ledger(model)
         self.built = 0  # notes already folded into this baseline's memory
+        self.memories: list[Incremental] = []  # what each unit that leaves the window is added to
+        self.embedder = self.session.core.embedder
 
     def notes(self, first: int) -> list[Note]:
         notes = self.session.core.notes()[:first]
@@ -46,7 +48,8 @@ class Baseline(Method):
         return notes
 
     def add(self, note: Note) -> None:
-        raise NotImplementedError
+        for memory in self.memories:
+            memory.add(note, self.ledger)
 
     def question(self) -> str:
         """What a read-time model call is asked about: the task and the newest unit (its first 300 tokens)."""
@@ -92,12 +95,8 @@ class Baseline(Method):
 class AMemAgent(Baseline):
     def __init__(self, traj: Trajectory, budget: int, model: ChatModel, fod: bool = False, summary: bool = False):
         super().__init__(traj, budget, model)
-        self.amem, self.fod, self.summary = AMem(), fod, Summary() if summary else None
-
-    def add(self, note: Note) -> None:
-        self.amem.add(note, self.session.core.embedder, self.ledger)
-        if self.summary is not None:
-            self.summary.add(note, self.ledger, SUMMARY_WORDS)
+        self.amem, self.fod, self.summary = AMem(self.embedder), fod, Summary(SUMMARY_WORDS) if summary else None
+        self.memories = [self.amem] + ([self.summary] if self.summary else [])
 
     def context(self) -> StepContext:
         _, first, _ = self.window()
@@ -124,10 +123,8 @@ class AMemAgent(Baseline):
 class AFMAgent(Baseline):
     def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
         super().__init__(traj, budget, model)
-        self.afm = AFM([], [])
-
-    def add(self, note: Note) -> None:
-        self.afm.add(note, self.ledger)
+        self.afm = AFM()
+        self.memories = [self.afm]
 
     def context(self) -> StepContext:
         _, first, _ = self.window()
@@ -141,10 +138,8 @@ class AFMAgent(Baseline):
 class ReadAgentAgent(Baseline):
     def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
         super().__init__(traj, budget, model)
-        self.reader = ReadAgent([])
-
-    def add(self, note: Note) -> None:
-        self.reader.add(note, self.ledger)
+        self.reader = ReadAgent()
+        self.memories = [self.reader]
 
     def context(self) -> StepContext:
         notes = self.notes(self.window()[1])
@@ -158,10 +153,8 @@ class ReadAgentAgent(Baseline):
 class MemGASAgent(Baseline):
     def __init__(self, traj: Trajectory, budget: int, model: ChatModel) -> None:
         super().__init__(traj, budget, model)
-        self.memory = MemGAS()
-
-    def add(self, note: Note) -> None:
-        self.memory.add(note, self.session.core.embedder, self.ledger)
+        self.memory = MemGAS(self.embedder)
+        self.memories = [self.memory]
 
     def context(self) -> StepContext:
         notes = self.notes(self.window()[1])

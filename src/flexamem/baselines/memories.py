@@ -1,4 +1,6 @@
-"""The LLM-built memories, each built once per history from its notes (SPEC section 9, paper Appendix C).
+"""The LLM-built memories, each built unit by unit from its notes (SPEC section 9, paper Appendix C):
+one ``add(note, ledger)`` per unit, called for every note of a history by ``build`` (readers) or as
+units leave the window (agents).
 
 Where the papers leave a choice open, ours is marked "guess" and listed in docs/BASELINES.md.
 """
@@ -6,20 +8,33 @@ Where the papers leave a choice open, ours is marked "guess" and listed in docs/
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from flexamem.baselines import prompts
 from flexamem.baselines.ledger import Ledger
-from flexamem.memory import Memory
 from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
 
 NEIGHBOURS = 5  # A-Mem: earlier notes offered to the link call (guess; A-Mem uses top-k by embedding)
+
+
+class Incremental:
+    """A memory written one unit at a time."""
+
+    def add(self, note: Note, ledger: Ledger) -> None:
+        raise NotImplementedError
+
+    def build(self, notes: Iterable[Note], ledger: Ledger) -> Self:
+        """Add every note, oldest first (a reader's memory of a whole history)."""
+        for note in notes:
+            self.add(note, ledger)
+        return self
 
 
 @dataclass
@@ -37,25 +52,17 @@ def _strings(value: Any, limit: int) -> list[str]:
 
 
 @dataclass
-class AMem:
+class AMem(Incremental):
     """A-Mem (Xu et al., 2025): an LLM note per unit (keywords, tags, context), LLM-chosen links among
     its nearest earlier notes, and memory evolution: a new note rewrites its linked notes' tags and
     context. Indexed by the notes' metadata and by the raw text's 150-token spans."""
 
+    embedder: Embedder = field(repr=False)
     notes: list[AMemNote] = field(default_factory=list)
     links: list[set[int]] = field(default_factory=list)
-    meta_vectors: np.ndarray | None = None
+    meta_vectors: list[np.ndarray] = field(default_factory=list)  # each note's metadata vector
 
-    _vectors: list[np.ndarray] = field(default_factory=list)
-
-    @classmethod
-    def build(cls, mem: Memory, ledger: Ledger) -> AMem:
-        amem = cls()
-        for note in mem.notes():
-            amem.add(note, mem.embedder, ledger)
-        return amem
-
-    def add(self, note: Note, embedder: Embedder, ledger: Ledger) -> None:
+    def add(self, note: Note, ledger: Ledger) -> None:
         """Write the next unit's note, link it and let it evolve its neighbours (A-Mem's write path)."""
         got = ledger.ask_json(prompts.NOTE.format(raw=note.raw), "build", {}, max_tokens=200)
         new = AMemNote(
@@ -63,12 +70,12 @@ class AMem:
             _strings(got.get("tags"), 5),
             str(got.get("context") or note.record)[:500],
         )
-        v = embedder.embed([new.text()])[0]
+        v = self.embedder.embed([new.text()])[0]
         i = len(self.notes)
         self.notes.append(new)
         self.links.append(set())
-        if self._vectors:
-            sims = np.stack(self._vectors) @ v
+        if self.meta_vectors:
+            sims = np.stack(self.meta_vectors) @ v
             near = [int(j) for j in np.argsort(-sims)[:NEIGHBOURS]]
             listing = "\n".join(f"[{j}] {self.notes[j].text()}" for j in near)
             chosen = ledger.ask_json(
@@ -89,15 +96,13 @@ class AMem:
                         old = self.notes[k]
                         tags = _strings(u.get("tags"), 5) or old.tags
                         self.notes[k] = AMemNote(old.keywords, tags, str(u.get("context") or old.context))
-                        self._vectors[k] = embedder.embed([self.notes[k].text()])[0]
-        self._vectors.append(v)
-        self.meta_vectors = np.stack(self._vectors)
+                        self.meta_vectors[k] = self.embedder.embed([self.notes[k].text()])[0]
+        self.meta_vectors.append(v)
 
     def order(self, query_vector: np.ndarray, spans: list[np.ndarray]) -> list[int]:
         """Units in A-Mem's search order: the best of the metadata and raw-span similarities (guess:
         A-Mem's two indexes fused by taking the max), ties to the older unit."""
-        vectors = self.meta_vectors
-        meta = vectors @ query_vector if vectors is not None and len(vectors) else np.zeros(0)
+        meta = np.stack(self.meta_vectors) @ query_vector if self.meta_vectors else np.zeros(0)
         raw = np.array([float((s @ query_vector).max()) if len(s) else -1.0 for s in spans])
         best = np.maximum(meta, raw) if len(meta) else raw
         return [int(i) for i in np.lexsort((np.arange(len(best)), -best))]
@@ -115,43 +120,30 @@ def _ints(value: Any) -> list[int]:
 
 
 @dataclass
-class Summary:
+class Summary(Incremental):
     """A running LLM summary (Summary+A-Mem, after Wang et al., 2025c): updated unit by unit, keeping
-    names, numbers, identifiers, paths and errors."""
+    names, numbers, identifiers, paths and errors, in at most ``words`` words."""
 
+    words: int
     text: str = ""
 
-    @classmethod
-    def build(cls, notes: list[Note], ledger: Ledger, words: int) -> Summary:
-        summary = cls()
-        for note in notes:
-            summary.add(note, ledger, words)
-        return summary
-
-    def add(self, note: Note, ledger: Ledger, words: int) -> None:
+    def add(self, note: Note, ledger: Ledger) -> None:
         """Fold the next unit into the summary."""
-        prompt = prompts.SUMMARY.format(words=words, summary=self.text or "(empty)", raw=note.raw)
-        self.text = ledger.ask(prompt, "build", max_tokens=int(words * 1.6))
+        prompt = prompts.SUMMARY.format(words=self.words, summary=self.text or "(empty)", raw=note.raw)
+        self.text = ledger.ask(prompt, "build", max_tokens=int(self.words * 1.6))
 
 
 IMPORTANCE = {"high": 1.0, "medium": 0.6, "low": 0.3}  # guess: AFM's labels as weights
 
 
 @dataclass
-class AFM:
+class AFM(Incremental):
     """AFM (Cruz, 2025): per unit an LLM importance label and an LLM-compressed form (~100 tokens),
     written once; at read time a score (best span similarity x recency x importance) maps each unit to
     full / compressed / placeholder by two thresholds."""
 
-    importance: list[float]
-    compressed: list[str]
-
-    @classmethod
-    def build(cls, notes: list[Note], ledger: Ledger) -> AFM:
-        afm = cls([], [])
-        for note in notes:
-            afm.add(note, ledger)
-        return afm
+    importance: list[float] = field(default_factory=list)
+    compressed: list[str] = field(default_factory=list)
 
     def add(self, note: Note, ledger: Ledger) -> None:
         """Label and compress the next unit (once)."""
@@ -193,23 +185,17 @@ class AFM:
 
 
 @dataclass
-class ReadAgent:
+class ReadAgent(Incremental):
     """ReadAgent (Lee et al., 2024): one gist per unit ("page"); at read time one LLM call picks the pages
     whose raw text replaces their gists."""
 
-    gists: list[str]
+    words: int = 60  # a gist's length
+    gists: list[str] = field(default_factory=list)
 
-    @classmethod
-    def build(cls, notes: list[Note], ledger: Ledger, words: int = 60) -> ReadAgent:
-        agent = cls([])
-        for note in notes:
-            agent.add(note, ledger, words)
-        return agent
-
-    def add(self, note: Note, ledger: Ledger, words: int = 60) -> None:
+    def add(self, note: Note, ledger: Ledger) -> None:
         """The next page's gist."""
-        prompt = prompts.GIST.format(words=words, page=len(self.gists), raw=note.raw)
-        self.gists.append(ledger.ask(prompt, "build", max_tokens=words * 2))
+        prompt = prompts.GIST.format(words=self.words, page=len(self.gists), raw=note.raw)
+        self.gists.append(ledger.ask(prompt, "build", max_tokens=self.words * 2))
 
     def pack(self, notes: list[Note], picked: list[int], allowance: int, counter: TokenCounter) -> dict[int, str]:
         """The newest gists that fit, then the picked pages raw in place of their gists, in the order
@@ -261,36 +247,46 @@ PPR_SEEDS = 5  # units that personalize PageRank (guess)
 
 
 @dataclass
-class MemGAS:
+class MemGAS(Incremental):
     """MemGAS (Xu et al., 2026a): every unit at four granularities (raw 150-token spans, turns or steps,
     an LLM summary, LLM keywords); units linked where their similarity falls in the upper component of a
     Gaussian mixture; per query, granularity weights from how sharply each granularity separates the
     units; personalized PageRank over the links; one LLM call filters the top candidates."""
 
+    embedder: Embedder = field(repr=False)
     summaries: list[str] = field(default_factory=list)
     keywords: list[str] = field(default_factory=list)
     vectors: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"turns": [], "summary": [], "keywords": []})
-    unit_vectors: list[np.ndarray] = field(default_factory=list)
+    _graph: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # of the units so far
 
-    @classmethod
-    def build(cls, notes: list[Note], embedder: Embedder, ledger: Ledger) -> MemGAS:
-        memory = cls()
-        for note in notes:
-            memory.add(note, embedder, ledger)
-        return memory
-
-    def add(self, note: Note, embedder: Embedder, ledger: Ledger) -> None:
+    def add(self, note: Note, ledger: Ledger) -> None:
         got = ledger.ask_json(prompts.SUMMARIZE.format(raw=note.raw), "build", {}, max_tokens=200)
         summary = str(got.get("summary") or note.record)
         words = ", ".join(_strings(got.get("keywords"), 10)) or ", ".join(note.fields.keywords)
         self.summaries.append(summary)
         self.keywords.append(words)
         texts = [b.text for b in note.blocks] or [note.raw]
-        vectors = embedder.embed([summary, words, *texts])
+        vectors = self.embedder.embed([summary, words, *texts])
         self.vectors["summary"].append(vectors[0])
         self.vectors["keywords"].append(vectors[1])
         self.vectors["turns"].append(vectors[2:])
-        self.unit_vectors.append(vectors[0])
+        self._graph = None
+
+    def graph(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(transition matrix, whether each unit has no link)``: units linked where the similarity of
+        their summaries falls in the upper Gaussian component; the same for every query (built once per
+        set of units)."""
+        if self._graph is None:
+            units = np.stack(self.vectors["summary"])
+            pair = units @ units.T
+            np.fill_diagonal(pair, -np.inf)
+            off = pair[np.isfinite(pair)]
+            n = len(units)
+            adjacency = (pair >= gmm_threshold(off)).astype(np.float64) if len(off) else np.zeros((n, n))
+            out_degree = adjacency.sum(1, keepdims=True)
+            transition = np.divide(adjacency, out_degree, out=np.zeros_like(adjacency), where=out_degree > 0)
+            self._graph = (transition, out_degree[:, 0] == 0)
+        return self._graph
 
     def rank(self, query_vector: np.ndarray, spans: list[np.ndarray], damping: float = 0.5) -> list[int]:
         """Units by personalized PageRank from the granularity-weighted query similarities."""
@@ -308,13 +304,7 @@ class MemGAS:
         weights = np.exp(sharp - sharp.max())
         weights /= weights.sum()
         relevance = sum(w * np.maximum(v, 0.0) for w, v in zip(weights, sims.values(), strict=True))
-        units = np.stack(self.unit_vectors)
-        pair = units @ units.T
-        np.fill_diagonal(pair, -np.inf)
-        off = pair[np.isfinite(pair)]
-        adjacency = (pair >= gmm_threshold(off)).astype(np.float64) if len(off) else np.zeros((n, n))
-        out_degree = adjacency.sum(1, keepdims=True)
-        transition = np.divide(adjacency, out_degree, out=np.zeros_like(adjacency), where=out_degree > 0)
+        transition, dangling = self.graph()
         # seeds: the few most relevant units (the whole relevance vector is nearly flat, which would let
         # the graph's hubs outrank the query's own matches)
         seeds = np.zeros(n)
@@ -323,9 +313,7 @@ class MemGAS:
         personal = seeds / max(float(seeds.sum()), 1e-12)
         rank = personal.copy()
         for _ in range(30):
-            rank = (1 - damping) * personal + damping * (
-                transition.T @ rank + personal * float(rank[out_degree[:, 0] == 0].sum())
-            )
+            rank = (1 - damping) * personal + damping * (transition.T @ rank + personal * float(rank[dangling].sum()))
         return [int(i) for i in np.lexsort((np.arange(n), -rank))]
 
     def filter(self, order: list[int], question: str, ledger: Ledger, k: int = 10) -> list[int]:

@@ -48,7 +48,7 @@ def _allowance(ctx: MethodContext, question: str, budget: int) -> int:
 
 
 def _amem(ctx: MethodContext) -> tuple[AMem, int]:
-    return _built(ctx, "amem", lambda ledger: AMem.build(ctx.mem, ledger))
+    return _built(ctx, "amem", lambda ledger: AMem(ctx.mem.embedder).build(ctx.mem.notes(), ledger))
 
 
 def _fits(ctx: MethodContext, lines: list[str], allowance: int) -> Output:
@@ -81,7 +81,7 @@ def a_mem_fod(ctx: MethodContext, question: str, budget: int) -> Output:
 def summary_a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
     """Summary+A-Mem: a running summary in up to half the allowance, A-Mem's raw notes in the rest."""
     amem, amem_cost = _amem(ctx)
-    summary, cost = _built(ctx, "summary", lambda ledger: Summary.build(ctx.mem.notes(), ledger, SUMMARY_WORDS))
+    summary, cost = _built(ctx, "summary", lambda ledger: Summary(SUMMARY_WORDS).build(ctx.mem.notes(), ledger))
     counter, allowance = ctx.mem.counter, _allowance(ctx, question, budget)
     head = f"[summary of the history] {summary.text}"
     ids = counter.encode(head)[: int(SUMMARY_SHARE * allowance)]
@@ -97,7 +97,7 @@ def summary_a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
 def afm(ctx: MethodContext, question: str, budget: int, thresholds: tuple[float, float] = AFM_THRESHOLDS) -> Output:
     """AFM: each unit full, compressed or a placeholder by its score, packed oldest first, each falling
     back to the next form when it does not fit."""
-    memory, cost = _built(ctx, "afm", lambda ledger: AFM.build(ctx.mem.notes(), ledger))
+    memory, cost = _built(ctx, "afm", lambda ledger: AFM().build(ctx.mem.notes(), ledger))
     counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
     scores = memory.scores(ctx.mem.query_vector(question), ctx.spans(), AFM_HALF_LIFE)
     shown = memory.pack(notes, scores, thresholds, allowance, counter)
@@ -109,7 +109,7 @@ def afm(ctx: MethodContext, question: str, budget: int, thresholds: tuple[float,
 def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
     """ReadAgent: every unit's gist in time order; the pages one LLM call picks are shown raw instead,
     in the order picked, while they fit (when the gists alone do not fit, the newest that fit stay)."""
-    memory, cost = _built(ctx, "readagent", lambda ledger: ReadAgent.build(ctx.mem.notes(), ledger))
+    memory, cost = _built(ctx, "readagent", lambda ledger: ReadAgent().build(ctx.mem.notes(), ledger))
     ledger = _ledger(ctx)
     before = ledger.tokens["read"]
     picked = memory.pick(question, ledger)
@@ -123,7 +123,7 @@ def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
 def memgas(ctx: MethodContext, question: str, budget: int) -> Output:
     """MemGAS: units by personalized PageRank over GMM links from granularity-weighted similarities,
     filtered by one LLM call; raw notes taken in that order while they fit, shown in time order."""
-    memory, cost = _built(ctx, "memgas", lambda ledger: MemGAS.build(ctx.mem.notes(), ctx.mem.embedder, ledger))
+    memory, cost = _built(ctx, "memgas", lambda ledger: MemGAS(ctx.mem.embedder).build(ctx.mem.notes(), ledger))
     ledger = _ledger(ctx)
     before = ledger.tokens["read"]
     order = memory.filter(memory.rank(ctx.mem.query_vector(question), ctx.spans()), question, ledger)
