@@ -41,7 +41,8 @@ def test_agent_baselines_stay_within_the_ceiling(name: str) -> None:
         assert ctx.tokens <= m.session.core.ceiling(1500)
         assert chat_problems(ctx.messages) == []
     assert active > 5
-    assert sum(m.ledger.tokens.values()) > 0  # type: ignore[attr-defined]
+    phase = "read" if name == "sculptor" else "build"  # Sculptor builds nothing: its calls are at read time
+    assert m.ledger.tokens[phase] > 0  # type: ignore[attr-defined]
 
 
 def test_agent_harness_rows_carry_the_bill(tmp_path: Path) -> None:
