@@ -41,7 +41,7 @@ class History:
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
-        self._floors: dict[object, list[int]] = {}  # per omission-mark size: each piece's least cost
+        self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
 
     def __len__(self) -> int:
         return len(self.notes)
@@ -129,8 +129,7 @@ class History:
     def piece_cost_floor(self, mark: int) -> list[int]:
         """Per BM25 doc, the least a piece can add to a pieces section: its line, label and newline,
         less one omission mark (adding a piece removes at most one). Cached and extended with the docs."""
-        key = ("cost-floor", mark)
-        floor: list[int] = self._floors.setdefault(key, [])
+        floor = self._floors.setdefault(mark, [])
         for doc in range(len(floor), len(self.piece_of)):
             piece = self.piece(doc)[1]
             floor.append(piece.tokens + piece.label_tokens + 1 - mark)
