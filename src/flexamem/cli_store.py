@@ -230,7 +230,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"FlexA-Mem serving {db} on http://{args.host}:{args.port} ({args.workers} worker(s)); docs at /docs",
         file=sys.stderr,
     )
-    serve(ServerConfig(db, args.keys, args.max_body), args.host, args.port, args.workers)
+    limit = {"max_body_bytes": args.max_body} if args.max_body is not None else {}  # else the server's default
+    serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
 
 
@@ -295,7 +296,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1, help="worker processes (they share the store)")
-    p.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
+    p.add_argument("--max-body", type=int, help="largest request body in bytes (default: 8 MiB)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
