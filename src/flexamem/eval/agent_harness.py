@@ -54,7 +54,7 @@ def run_trajectories(
                 if not traj.steps:
                     raise InvalidInputError(f"trajectory {traj.traj_id} has no steps")
                 b = effective_budget(traj, budget, part, counter())
-                built = 0
+                read_so_far = 0
                 for step, ctx, m, latency in replay(traj, method, b, baseline_model):
                     if ctx is None:
                         continue
@@ -69,8 +69,8 @@ def run_trajectories(
                         "latency_ms": latency,
                     }
                     if bill is not None:  # the trajectory's build so far, and this call's reads
-                        row["llm_tokens"] = {"build": bill.tokens["build"], "read": bill.tokens["read"] - built}
-                        built = bill.tokens["read"]
+                        row["llm_tokens"] = {"build": bill.tokens["build"], "read": bill.tokens["read"] - read_so_far}
+                        read_so_far = bill.tokens["read"]
                     rows.write(json.dumps(row) + "\n")
                 finished.write(json.dumps({"group": traj.traj_id, "method": method, "budget": budget}) + "\n")
             except FlexaMemError as exc:  # one bad trajectory is reported, never fatal
