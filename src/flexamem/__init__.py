@@ -4,8 +4,10 @@ from flexamem.agent import AgentContext, AgentSession
 from flexamem.config import Settings
 from flexamem.errors import (
     BudgetError,
+    ConcurrentWriteError,
     DuplicateUnitError,
     FlexaMemError,
+    HistoryDroppedError,
     InvalidInputError,
     LLMError,
     LLMOutputError,
@@ -33,10 +35,12 @@ __all__ = [
     "AgentContext",
     "AgentSession",
     "BudgetError",
+    "ConcurrentWriteError",
     "DuplicateUnitError",
     "Embedder",
     "Fields",
     "FlexaMemError",
+    "HistoryDroppedError",
     "InvalidInputError",
     "LLMConfig",
     "LLMError",

@@ -36,7 +36,7 @@ import numpy as np
 
 from flexamem.chat import Message, chat_safe, validate_messages
 from flexamem.core import HistoryCore, check_budget
-from flexamem.errors import BudgetError, InvalidInputError, ReadOnlyStoreError
+from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem.render.renderer import MODES, Query, RenderOptions
@@ -78,6 +78,10 @@ class AgentSession:
         self.session_id = session_id
         self.counter = core.counter
         meta = core.store.ensure_history(core.history_id, "agent")
+        core.sync()  # reads the session's epoch: from here on a drop of it is refused, never started afresh
+        if core.epoch is None:
+            raise HistoryDroppedError(f"agent session {session_id!r} was deleted")
+        core.pinned = True
         self.task: str = meta["task"]
         self.system: str = meta.get("system", "")
         self.budget: int = int(meta["budget"])
@@ -97,14 +101,26 @@ class AgentSession:
         # session state read once, then kept in memory and written through (no store read per call)
         self._started = bool(core.store.get_state(core.history_id, "memory_started"))
         self._spans: list[list[int]] = core.store.get_state(core.history_id, "timeline") or []
+        self._alive()  # the steps and state read above are of the session whose epoch was pinned
         pending = self._left_drafts()
         if pending and not core.store.read_only:  # units of steps stored before a crash
             core.write(pending, retry=False)
 
+    def _alive(self) -> None:
+        """Catch up with the store; :class:`HistoryDroppedError` when the session was deleted."""
+        try:
+            with self.core.lock:
+                self.core.sync()
+        except HistoryDroppedError:
+            raise HistoryDroppedError(
+                f"agent session {self.session_id!r} was deleted (Memory.drop, drop_session or DELETE): "
+                "start a new session"
+            ) from None
+
     def _set_state(self, key: str, value: Any) -> None:
         """Session state (written through; a read-only store keeps it in this process only)."""
         with contextlib.suppress(ReadOnlyStoreError):
-            self.core.store.set_state(self.core.history_id, key, value)
+            self.core.store.set_state(self.core.history_id, key, value, epoch=self.core.epoch)
 
     @classmethod
     def open(
@@ -161,6 +177,7 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
+        self._alive()
         with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             self.core.write(drafts, [] if not drafts else None, steps=[row], retry=False)
         return row.n + 1
@@ -179,6 +196,7 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
+        await asyncio.to_thread(self._alive)
         with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             records = await self.core.awrite_records(drafts)
             await asyncio.to_thread(self.core.write, drafts, records, steps=[row], retry=False)
@@ -313,14 +331,17 @@ class AgentSession:
             raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
         if options is not None and not isinstance(options, RenderOptions):
             raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
-        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions(), tuple(order or ()))
+        self._alive()
+        with self.core.lock:  # resolved against the notes as just caught up with
+            positions = self.core.positions(order) if order is not None else None
+        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions(), tuple(positions or ()))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
-        context = self._context(options, mode, order)
+        context = self._context(options, mode, positions)
         self._last = (key, context)
         return context
 
-    def _context(self, options: RenderOptions | None, mode: str, order: Sequence[str] | None = None) -> AgentContext:
+    def _context(self, options: RenderOptions | None, mode: str, positions: Sequence[int] | None = None) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -352,11 +373,6 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
             return self._cut_newest(fixed, ceiling, first)
-        positions = None
-        if order is not None:  # resolved against the notes as stored now (another process may have added some)
-            with self.core.lock:
-                self.core.sync()
-                positions = self.core.positions(order)
         rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=positions)
         messages = list(fixed)
         if rendering.text:

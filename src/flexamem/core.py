@@ -25,12 +25,20 @@ from typing import Any
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.errors import BudgetError, ConcurrentWriteError, DuplicateUnitError, InvalidInputError
+from flexamem.errors import (
+    BudgetError,
+    ConcurrentWriteError,
+    DuplicateUnitError,
+    HistoryDroppedError,
+    InvalidInputError,
+    StoreError,
+)
 from flexamem.history import History
 from flexamem.notes import Note, Record, UnitDraft
 from flexamem.render.renderer import Renderer
 from flexamem.render.timeline import Timeline
 from flexamem.store.base import StepRow, Store
+from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder, default_embedder
 from flexamem.write.records import AsyncRecordWriter, RecordWriter
@@ -73,6 +81,8 @@ class HistoryCore:
         self.counter = counter
         self._embedder = embedder
         self.lock = threading.RLock()
+        self.epoch: str | None = None  # the stored history's epoch as last read (None: no history seen)
+        self.pinned = False  # an agent session's core: a dropped history raises instead of starting afresh
         self._history: History | None = None
         self._renderer: Renderer | None = None
         self._piece_vectors: dict[int, np.ndarray] = {}
@@ -91,30 +101,64 @@ class HistoryCore:
         """The in-memory view, loaded from the store on first use (call :meth:`sync` to catch up)."""
         with self.lock:
             if self._history is None:
-                self._history = History.from_notes(self.store.load_notes(self.history_id), self.embedder.dim)
+                self.sync()
+            assert self._history is not None
             return self._history
 
     @property
     def renderer(self) -> Renderer:
         with self.lock:
             if self._renderer is None:
-                timeline = Timeline(self.history, self.store, self.history_id, self.writer, self.counter)
+                timeline = Timeline(
+                    self.history, self.store, self.history_id, self.writer, self.counter, epoch=lambda: self.epoch
+                )
                 self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
             return self._renderer
 
-    def sync(self) -> int:
-        """Catch up with notes other writers stored since the view was loaded; returns how many."""
+    def reset(self) -> None:
+        """Forget the view (the history was dropped): the next use starts afresh from the store."""
         with self.lock:
-            history = self.history
-            stored = self.store.note_count(self.history_id)
-            if stored <= len(history):
-                return 0
-            start = len(history)
-            notes = self.store.load_notes(self.history_id, start)
-            end = start + len(notes)  # more may land between the two reads: their links wait for the next sync
-            links = [(a, b) for a, b in self.store.load_links(self.history_id, start) if a < end and b < end]
-            history.extend(notes, links)
-            return len(notes)
+            self.epoch = None
+            self._history = History(self.embedder.dim)
+            self._renderer = None
+            self._piece_vectors = {}
+
+    def sync(self) -> int:
+        """Catch up with the store; returns how many notes were loaded.
+
+        One read of the history's head (epoch and note count). A view whose history was dropped since
+        it read it (no history, or another epoch) starts afresh: it forgets everything and loads the new
+        history, if any, so nothing deleted is shown or written on. Otherwise only the notes other
+        writers stored since are loaded, with their link edges. A ``pinned`` core (an agent session's)
+        raises :class:`HistoryDroppedError` instead."""
+        with self.lock:
+            for _ in range(WRITE_ATTEMPTS):
+                epoch, stored = self.store.history_head(self.history_id)
+                if self.epoch is not None and epoch != self.epoch:
+                    if self.pinned:
+                        raise HistoryDroppedError(f"{self.history_id!r} was deleted")
+                    self.reset()
+                elif self._history is None:
+                    self.reset()
+                history = self._history
+                assert history is not None
+                self.epoch = epoch
+                if stored <= len(history):
+                    return 0
+                start = len(history)
+                notes = self.store.load_notes(self.history_id, start)
+                if self.store.history_head(self.history_id)[0] != epoch:
+                    continue  # dropped while we read: start again
+                end = start + len(notes)  # more may land between the reads: their links wait for the next sync
+                if notes and notes[0].seq != start or any(b.seq != a.seq + 1 for a, b in zip(notes, notes[1:])):
+                    raise StoreError(
+                        f"history {self.history_id!r} is damaged: its notes are not numbered 0, 1, 2, ... "
+                        "(Memory.verify() names the gap)"
+                    )
+                links = [(a, b) for a, b in self.store.load_links(self.history_id, start) if a < end and b < end]
+                history.extend(notes, links)
+                return len(notes)
+            raise ConcurrentWriteError(f"history {self.history_id!r} kept being dropped while it was read")
 
     def notes(self) -> list[Note]:
         """Every note, oldest first, with its current links (later notes add back-links)."""
@@ -136,7 +180,8 @@ class HistoryCore:
             raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
         history = self.history
         seq = history.unit_ids.get(unit_id)
-        if seq is None and unit_id[:1] == "u" and unit_id[1:].isdigit() and 0 < int(unit_id[1:]) <= len(history):
+        label = unit_id[1:]
+        if seq is None and unit_id[:1] == "u" and label.isascii() and label.isdigit() and 0 < int(label) <= len(history):
             seq = int(unit_id[1:]) - 1
         if seq is None:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
@@ -151,15 +196,22 @@ class HistoryCore:
 
     def verify(self) -> list[str]:
         """Problems found re-checking every note's digest chain against its stored content (empty: none).
-        Notes written before digests existed are skipped, and the chain starts again after them."""
+        Notes written before digests existed are skipped, and the chain starts again after them. Reads
+        the store directly (not the view), so a damaged history is reported, never raised on."""
+        try:
+            notes = self.store.load_notes(self.history_id)
+        except (StoreError, ValueError, KeyError, TypeError) as exc:
+            return [f"the notes of {self.history_id!r} cannot be read: {exc}"]
         problems: list[str] = []
         previous = ""
-        for note in self.notes():
+        for i, note in enumerate(notes):
+            expected_seq = notes[i - 1].seq + 1 if i else 0
+            if note.seq != expected_seq:
+                problems.append(f"note {note.seq} ({note.unit_id!r}) follows note {expected_seq - 1}: seqs missing")
             if note.digest is None:
                 previous = ""
                 continue
-            expected = note.chained_digest(previous)
-            if expected != note.digest:
+            if note.chained_digest(previous) != note.digest:
                 problems.append(f"note {note.seq} ({note.unit_id!r}) does not match its digest: changed after writing")
             previous = note.digest
         return problems
@@ -198,8 +250,8 @@ class HistoryCore:
         prepared = NoteWriter(self.embedder, self.counter, self.settings).prepare(drafts, records)
         for attempt in range(WRITE_ATTEMPTS):
             with self.lock:
-                history = self.history
                 self.sync()
+                history = self.history  # a new view when the sync found the history dropped
                 if relabel is not None:
                     prepared = prepared.relabel(relabel(history))
                 self.check_new(prepared.drafts)
@@ -207,12 +259,16 @@ class HistoryCore:
                 notes, links, calls = NoteWriter(self.embedder, self.counter, self.settings).assign(
                     prepared, len(history), history.embeddings, previous
                 )
+                epoch, create = (self.epoch, False) if self.epoch is not None else (new_epoch(), True)
                 try:
-                    self.store.append_notes(self.history_id, notes, links, calls, steps=steps, state=state)
+                    self.store.append_notes(
+                        self.history_id, notes, links, calls, steps=steps, state=state, epoch=epoch, create=create
+                    )
                 except ConcurrentWriteError:
                     if not retry:
                         raise
                 else:
+                    self.epoch = epoch
                     history.extend(notes, links)
                     return notes
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish

@@ -32,6 +32,13 @@ class ConcurrentWriteError(StoreError):
     up with the store and retries; it reaches callers only when retries run out."""
 
 
+class HistoryDroppedError(ConcurrentWriteError):
+    """The history this object was reading or writing was deleted (``Memory.drop``, ``DELETE``) or
+    deleted and started again since it was read. A ``Memory`` view starts afresh as the (empty or new)
+    history and retries its write, so callers see this only from an agent session, whose steps belonged
+    to the deleted history: such a session cannot continue."""
+
+
 class StoreClosedError(StoreError):
     """The store was closed and cannot be used any more."""
 

@@ -273,15 +273,14 @@ class Memory:
         return [h[len(prefix) :] for h, kind in self.store.histories() if kind == "agent" and h.startswith(prefix)]
 
     def drop(self) -> bool:
-        """Delete this whole history and its agent sessions from the store (a privacy request): the
-        only deletion there is. Returns whether anything was stored. The memory is empty afterwards."""
+        """Delete this whole history and its agent sessions from the store, in one transaction (a
+        privacy request): the only deletion there is. Returns whether anything was stored. The memory
+        is empty afterwards; so is every other ``Memory`` of this history, in any process, from its
+        next call on (it finds the history's epoch gone and starts afresh), and agent sessions of it
+        refuse to continue (:class:`HistoryDroppedError`)."""
         with self.core.lock:
-            dropped = self.store.drop_history(self.history_id)
-            for sid in self.sessions():
-                dropped = self.store.drop_history(self._session_prefix + sid) or dropped
-            self.core = HistoryCore(
-                self.store, self.history_id, self.settings, self.writer, self.counter, self.core._embedder
-            )
+            dropped = self.store.drop_history(self.history_id, prefix=self._session_prefix)
+            self.core.reset()
         return dropped
 
     def drop_session(self, session_id: str) -> bool:

@@ -10,9 +10,10 @@ once (the only store write a render may make) and cached.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from flexamem.errors import HistoryDroppedError
 from flexamem.history import History
 from flexamem.render import format as fmt
 from flexamem.store.base import MergedRecord, Store
@@ -48,8 +49,18 @@ def total_tokens(entries: Sequence[Entry]) -> int:
 class Timeline:
     """Record lines and merged records of one history, cached across calls."""
 
-    def __init__(self, history: History, store: Store, history_id: str, writer: RecordWriter, counter: TokenCounter):
+    def __init__(
+        self,
+        history: History,
+        store: Store,
+        history_id: str,
+        writer: RecordWriter,
+        counter: TokenCounter,
+        *,
+        epoch: Callable[[], str | None] = lambda: None,
+    ):
         self.history = history
+        self.epoch = epoch  # the history's epoch as its view last read it: merges are stored only under it
         self.store = store
         self.history_id = history_id
         self.writer = writer
@@ -95,8 +106,11 @@ class Timeline:
             )
             if not read_only:  # a reader that may not write keeps its rule-written merge in memory
                 calls = [dataclasses.replace(c, seq=last) for c in written.calls]
-                stored = self.store.put_merged(self.history_id, stored, calls)
-                self.merges_written += 1
+                try:
+                    stored = self.store.put_merged(self.history_id, stored, calls, epoch=self.epoch())
+                    self.merges_written += 1
+                except HistoryDroppedError:
+                    pass  # dropped during this render: shown once, never stored under a later history
         self._stored[key] = stored
         notes = self.history.notes
         line = fmt.merged_line(notes[first], notes[last], stored.text)

@@ -57,8 +57,15 @@ class Store(Protocol):
         """The kind of one history, or None when the store has no such history (one indexed read)."""
         ...
 
-    def drop_history(self, history: str) -> bool:
-        """Delete a whole history and everything under it (the only deletion); whether it existed."""
+    def history_head(self, history: str) -> tuple[str | None, int]:
+        """``(epoch, note count)`` of a history, ``(None, 0)`` when the store has none: one indexed read,
+        made before every render. The epoch is a random id given when the history row is created (``""``
+        for rows older than epochs), so a view that read another epoch knows the history was dropped."""
+        ...
+
+    def drop_history(self, history: str, *, prefix: str | None = None) -> bool:
+        """Delete a whole history and everything under it, and every history whose id starts with
+        ``prefix`` (its agent sessions), in one transaction (the only deletion); whether any existed."""
         ...
 
     def append_notes(
@@ -70,10 +77,15 @@ class Store(Protocol):
         *,
         steps: Sequence[StepRow] = (),
         state: Mapping[str, Any] | None = None,
+        epoch: str | None = None,
+        create: bool = False,
     ) -> None:
         """Add notes, their links, the model calls that wrote them, agent steps and session state in
         one transaction. A duplicate unit id raises :class:`DuplicateUnitError`; a sequence number or
-        step number another writer took first raises :class:`ConcurrentWriteError`; either adds nothing."""
+        step number another writer took first raises :class:`ConcurrentWriteError`; either adds nothing.
+        ``epoch``: the history must still have the epoch the writer read (else
+        :class:`HistoryDroppedError`), or, with ``create``, the writer saw no history and it is created
+        with this epoch (one another writer created first raises :class:`ConcurrentWriteError`)."""
         ...
 
     def note_count(self, history: str) -> int:
@@ -90,9 +102,12 @@ class Store(Protocol):
 
     def load_steps(self, history: str) -> list[StepRow]: ...
 
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
+    def put_merged(
+        self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = (), *, epoch: str | None = None
+    ) -> MergedRecord:
         """Cache a merged record (and account its model calls); when another writer stored the same
-        span first, that one is kept and returned, so every process shows the same text."""
+        span first, that one is kept and returned, so every process shows the same text. With
+        ``epoch``, only while the history has that epoch (else :class:`HistoryDroppedError`)."""
         ...
 
     def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None: ...
@@ -103,7 +118,7 @@ class Store(Protocol):
 
     def llm_calls(self, history: str) -> list[LLMCall]: ...
 
-    def set_state(self, history: str, key: str, value: Any) -> None:
+    def set_state(self, history: str, key: str, value: Any, *, epoch: str | None = None) -> None:
         """Mutable session state (e.g. an agent's open window); never note content."""
         ...
 

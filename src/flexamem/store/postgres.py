@@ -104,6 +104,8 @@ MIGRATIONS: list[str] = [
     ),
     # 2: each note's digest, chained over the notes before it (Memory.verify)
     "ALTER TABLE notes ADD COLUMN digest TEXT;",
+    # 3: each history's epoch (SQLite's schema 5)
+    "ALTER TABLE histories ADD COLUMN epoch TEXT;",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -113,6 +115,7 @@ class PostgresStore(SQLStore):
 
     LINK_ORDER = "id"
     LOCK_ROW = " FOR UPDATE"
+    SHARE_ROW = " FOR SHARE"
 
     def __init__(self, url: str, *, read_only: bool = False, pool_size: int = 4) -> None:
         try:

@@ -100,5 +100,15 @@ MIGRATIONS: list[str] = [
     """,
     # 4: each note's digest, chained over the notes before it (Memory.verify)
     "ALTER TABLE notes ADD COLUMN digest TEXT;",
+    # 5: each history's epoch (a random id given when the history row is created: a view that read
+    # another epoch knows the history was dropped since), and piece vectors write-once like the rest
+    """
+    ALTER TABLE histories ADD COLUMN epoch TEXT;
+    CREATE TRIGGER piece_vectors_no_update BEFORE UPDATE ON piece_vectors
+        BEGIN SELECT RAISE(ABORT, 'flexamem: piece_vectors are write-once'); END;
+    CREATE TRIGGER piece_vectors_no_delete BEFORE DELETE ON piece_vectors
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: piece_vectors are write-once'); END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,26 +4,35 @@ The SQL is written once, with ``?`` placeholders and the ``INSERT ... ON CONFLIC
 speak. A backend provides the plumbing: ``_read(sql, args)``, ``_write()`` (one transaction, its
 errors mapped to ours), ``_run(conn, sql, args)`` / ``_run_many(conn, sql, rows)`` inside it
 (PostgreSQL's turn ``?`` into ``%s``), ``INTEGRITY`` (its unique-violation error types),
-``LINK_ORDER`` (the column that orders link rows as they were added) and ``LOCK_ROW`` (what locks a
-row read in a write: ``FOR UPDATE`` in PostgreSQL; SQLite's write transaction already holds the lock).
+``LINK_ORDER`` (the column that orders link rows as they were added) and ``LOCK_ROW`` / ``SHARE_ROW`` (what
+locks a row read in a write: ``FOR UPDATE`` / ``FOR SHARE`` in PostgreSQL; SQLite's write transaction
+already holds the lock).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flexamem.errors import ConcurrentWriteError, DuplicateUnitError, StoreError
+from flexamem.errors import ConcurrentWriteError, DuplicateUnitError, HistoryDroppedError, StoreError
 from flexamem.notes import LLMCall, Note
 from flexamem.store.base import MergedRecord, StepRow
 from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
+HISTORY_COLUMNS = "id, kind, meta, created_at, epoch"
 MERGED_COLUMNS = "first_seq, last_seq, level, text, tokens, writer, flagged"
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
+
+
+def new_epoch() -> str:
+    """A fresh epoch for a history row: random, so a history dropped and started again never gets its
+    old epoch back."""
+    return uuid.uuid4().hex
 
 
 def _merged(r: Sequence[Any]) -> MergedRecord:
@@ -33,6 +42,7 @@ def _merged(r: Sequence[Any]) -> MergedRecord:
 class SQLStore:
     LINK_ORDER = "rowid"
     LOCK_ROW = ""
+    SHARE_ROW = ""
     INTEGRITY: tuple[type[Exception], ...] = ()
 
     # -- the backend's plumbing --------------------------------------------------------------------
@@ -55,27 +65,69 @@ class SQLStore:
             with self._write() as conn:
                 self._run(
                     conn,
-                    "INSERT INTO histories VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    (history, kind, json.dumps(meta or {}), time.time()),
+                    f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                    (history, kind, json.dumps(meta or {}), time.time(), new_epoch()),
                 )
             rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
         if rows[0][0] != kind:
             raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
         return dict(json.loads(rows[0][1]))
 
-    def drop_history(self, history: str) -> bool:
-        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting); the
-        only deletion there is (the write-once triggers let it through while the history is marked in
-        ``dropping``). Returns whether it existed."""
+    def history_head(self, history: str) -> tuple[str | None, int]:
+        rows = self._read(
+            "SELECT COALESCE(epoch, ''), (SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?)"
+            " FROM histories WHERE id = ?",
+            (history, history),
+        )
+        return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
+
+    def drop_history(self, history: str, *, prefix: str | None = None) -> bool:
+        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting), and
+        every history whose id starts with ``prefix``, in one transaction; the only deletion there is
+        (the write-once triggers let it through while a history is marked in ``dropping``). Returns
+        whether any existed."""
         with self._write() as conn:
-            if self._run(conn, "SELECT 1 FROM histories WHERE id = ?" + self.LOCK_ROW, (history,)).fetchone() is None:
-                return False
-            self._run(conn, "INSERT INTO dropping VALUES (?) ON CONFLICT DO NOTHING", (history,))
-            for table in ERASED:
-                self._run(conn, f"DELETE FROM {table} WHERE history_id = ?", (history,))
-            self._run(conn, "DELETE FROM histories WHERE id = ?", (history,))
-            self._run(conn, "DELETE FROM dropping WHERE history_id = ?", (history,))
-        return True
+            ids = [r[0] for r in self._run(conn, "SELECT id FROM histories WHERE id = ?" + self.LOCK_ROW, (history,))]
+            if prefix:
+                ids += [
+                    r[0]
+                    for r in self._run(
+                        conn,
+                        "SELECT id FROM histories WHERE substr(id, 1, length(CAST(? AS TEXT))) = ? AND id <> ?" + self.LOCK_ROW,
+                        (prefix, prefix, history),
+                    )
+                ]
+            for hid in ids:
+                self._run(conn, "INSERT INTO dropping VALUES (?) ON CONFLICT DO NOTHING", (hid,))
+                for table in ERASED:
+                    self._run(conn, f"DELETE FROM {table} WHERE history_id = ?", (hid,))
+                self._run(conn, "DELETE FROM histories WHERE id = ?", (hid,))
+                self._run(conn, "DELETE FROM dropping WHERE history_id = ?", (hid,))
+        return bool(ids)
+
+    def _check_epoch(self, conn: Any, history: str, epoch: str, create: bool, kind: str | None) -> None:
+        """Inside a write: the history must still be the one the writer read (``epoch``), or, with
+        ``create`` (the writer saw no history), be created now with that epoch. A history dropped since
+        raises :class:`HistoryDroppedError`, one another writer created first :class:`ConcurrentWriteError`
+        (either way the writer catches up and tries again), so a write lands wholly before a drop or
+        wholly in the history started after it."""
+        head = "SELECT kind, COALESCE(epoch, '') FROM histories WHERE id = ?" + self.SHARE_ROW
+        row = self._run(conn, head, (history,)).fetchone()
+        if row is None:
+            if not create or kind is None:
+                raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
+            self._run(
+                conn,
+                f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, '{{}}', ?, ?) ON CONFLICT (id) DO NOTHING",
+                (history, kind, time.time(), epoch),
+            )
+            row = self._run(conn, head, (history,)).fetchone()
+        if row[1] != epoch:
+            if create:
+                raise ConcurrentWriteError(f"another writer started history {history!r} first")
+            raise HistoryDroppedError(f"history {history!r} was deleted and started again after this view read it")
+        if kind is not None and row[0] != kind:
+            raise StoreError(f"history {history!r} is a {row[0]} history, not {kind}")
 
     # -- notes -------------------------------------------------------------------------------------
     def append_notes(
@@ -87,14 +139,21 @@ class SQLStore:
         *,
         steps: Sequence[StepRow] = (),
         state: Mapping[str, Any] | None = None,
+        epoch: str | None = None,
+        create: bool = False,
     ) -> None:
         """Notes with their pieces, vectors and links, model calls, steps and state: one transaction."""
         now = time.time()
         with self._write() as conn:
-            if notes:  # the history row lands with its first notes (a failed write leaves no empty history)
-                kind = notes[0].kind
-                self._run(conn, "INSERT INTO histories VALUES (?, ?, '{}', ?) ON CONFLICT (id) DO NOTHING",
-                          (history, kind, now))  # fmt: skip
+            kind = notes[0].kind if notes else None
+            if epoch is not None:
+                self._check_epoch(conn, history, epoch, create, kind)
+            elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
+                self._run(
+                    conn,
+                    f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, '{{}}', ?, ?) ON CONFLICT (id) DO NOTHING",
+                    (history, kind, now, new_epoch()),
+                )
                 stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
                 if stored != kind:
                     raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
@@ -129,9 +188,14 @@ class SQLStore:
             self._insert_calls(conn, history, calls)
 
     # -- caches and accounting ---------------------------------------------------------------------
-    def put_merged(self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = ()) -> MergedRecord:
-        """Keep a merged record (the first one written wins) and the calls that wrote it."""
+    def put_merged(
+        self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = (), *, epoch: str | None = None
+    ) -> MergedRecord:
+        """Keep a merged record (the first one written wins) and the calls that wrote it; with ``epoch``,
+        only while the history is still the one the caller read (else :class:`HistoryDroppedError`)."""
         with self._write() as conn:
+            if epoch is not None:
+                self._check_epoch(conn, history, epoch, False, None)
             self._insert_calls(conn, history, calls)
             self._run(
                 conn,
@@ -212,8 +276,8 @@ class SQLStore:
         )
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
 
-    def set_state(self, history: str, key: str, value: Any) -> None:
-        self.append_notes(history, [], [], state={key: value})
+    def set_state(self, history: str, key: str, value: Any, *, epoch: str | None = None) -> None:
+        self.append_notes(history, [], [], state={key: value}, epoch=epoch)
 
     def get_state(self, history: str, key: str) -> Any:
         rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,11 +46,7 @@ class SQLiteStore(SQLStore):
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA busy_timeout = 5000")
             if not read_only and self.path != ":memory:":
-                try:
-                    self._db.execute("PRAGMA journal_mode = WAL")
-                    self._db.execute("PRAGMA synchronous = NORMAL")
-                except sqlite3.OperationalError:
-                    pass  # a read-only file: reads still work, writes raise ReadOnlyStoreError
+                self._use_wal()
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open {self.path!r}: {exc}") from exc
@@ -61,16 +58,38 @@ class SQLiteStore(SQLStore):
             raise StoreClosedError("the store is closed")
         return self._db
 
-    def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+    def _use_wal(self) -> None:
+        """Switch the file to WAL (once per file; it stays so). Processes opening a new file together
+        may find it locked for a moment: try again until the busy timeout, then go on (a read-only file
+        keeps its mode; reads work and writes raise ReadOnlyStoreError)."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode = WAL")
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+
+    def _version(self) -> int:
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
             raise StoreError(f"database schema v{version} is newer than this FlexA-Mem (v{SCHEMA_VERSION})")
+        return version
+
+    def _migrate(self) -> None:
+        """Bring the schema to ``SCHEMA_VERSION``. The version is read again after taking the write lock,
+        so processes and threads opening a new file together migrate it once (the others wait, then
+        find it done)."""
+        version = self._version()
         if version == SCHEMA_VERSION:
             return
         if self.read_only:
             raise ReadOnlyStoreError(f"database schema v{version} needs migrating, but it is open read-only")
         with self._write():
-            for n in range(version, SCHEMA_VERSION):
+            for n in range(self._version(), SCHEMA_VERSION):
                 for statement in _split_sql(MIGRATIONS[n]):
                     self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
