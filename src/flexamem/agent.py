@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from flexamem.chat import Message, chat_safe, validate_messages
+from flexamem.chat import Message, chat_safe, shown_as_text, validate_messages
 from flexamem.core import HistoryCore, check_budget
 from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
@@ -92,8 +92,8 @@ class AgentSession:
         self._step_ids: dict[str, int] = {}
         self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         for row in core.store.load_steps(core.history_id):
-            data = json.loads(row.data)
-            self._remember(Step(row.n + 1, data["action"], data["observation"], data["actor"]), data["messages"])
+            step, msgs = _stored_step(row)
+            self._remember(step, msgs)
             if row.step_id is not None:
                 self._step_ids[row.step_id] = row.n + 1
         self._task_vector: np.ndarray | None = None
@@ -497,6 +497,21 @@ class AgentSession:
         keep = max(len(ids) - over - 16, 0)
         mark = f"[… {len(ids) - keep} tokens cut to fit the budget]"
         return self.counter.decode(ids[:keep]).rstrip("\ufffd") + "\n" + mark if keep else mark
+
+
+def _stored_step(row: StepRow) -> tuple[Step, list[Message]]:
+    """A stored step and its messages. Messages an older version stored without checking them fully
+    are shown as text (:func:`flexamem.chat.shown_as_text`), so such a session renders."""
+    try:
+        data = json.loads(row.data)
+    except RecursionError:
+        data = {"action": "(a step nested too deep to be read back)", "observation": "", "actor": "assistant"}
+    step = Step(row.n + 1, data["action"], data["observation"], data["actor"])
+    try:
+        msgs = shown_as_text(data.get("messages"))
+    except RecursionError:  # nested too deep to even look at: the step's own text stands in
+        msgs = [{"role": "assistant", "content": step.action}, {"role": "user", "content": step.observation}]
+    return step, msgs
 
 
 def _text_of(value: Any) -> str:

@@ -9,6 +9,7 @@ those rules into plain text (every word kept), so every context FlexA-Mem return
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,31 +21,128 @@ Message = dict[str, Any]
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
+MAX_DEPTH = 32  # nesting of lists and dicts inside one message (content parts, tool arguments)
+MAX_MESSAGES = 1024  # messages one step may record
+
+
+def _depth_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored and shown again: nested deeper than ``MAX_DEPTH``, or holding a
+    value JSON cannot keep (checked without recursion, so any depth is refused cleanly)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(item, Mapping):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return f"has a key that is not a string ({type(k).__name__})"
+                stack.append((v, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+        elif item is not None and not isinstance(item, str | int | float | bool):
+            return f"holds a {type(item).__name__}, which JSON cannot store"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "holds a number JSON cannot store (NaN or infinity)"
+    return None
+
+
+def _tool_call_problem(call: Any) -> str | None:
+    """What is wrong with one entry of ``tool_calls`` (the OpenAI shape: ``{"id": str, "type":
+    "function", "function": {"name": str, "arguments": str}}``; arguments may also be a JSON object)."""
+    if not isinstance(call, Mapping):
+        return f"must be a dict, got {type(call).__name__}"
+    if not isinstance(call.get("id"), str) or not call["id"]:
+        return "needs a string 'id'"
+    if call.get("type", "function") != "function":
+        return "must be of type 'function'"
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        return f"needs a 'function' dict, got {type(fn).__name__}"
+    if not isinstance(fn.get("name"), str) or not fn["name"]:
+        return "needs a string function 'name'"
+    if not isinstance(fn.get("arguments", ""), str | Mapping):
+        return f"function arguments must be a string (or a JSON object), got {type(fn.get('arguments')).__name__}"
+    return None
+
+
+def message_problem(m: Any) -> str | None:
+    """What makes ``m`` unusable as a chat message FlexA-Mem stores and shows again, or None: a dict
+    with a known string ``role``; ``content`` a string, a list of parts (dicts) or null; well-formed
+    ``tool_calls``; string ``tool_call_id`` and ``name``; JSON-storable, nested at most ``MAX_DEPTH``
+    deep, valid UTF-8 throughout."""
+    if not isinstance(m, Mapping):
+        return f"must be a dict, got {type(m).__name__}"
+    role = m.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        return f"has no known role (one of {', '.join(sorted(ROLES))})"
+    problem = _depth_problem(m)
+    if problem:
+        return problem
+    content = m.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, Mapping) for p in content):
+            return "content parts must be dicts (e.g. {'type': 'text', 'text': ...})"
+    elif content is not None and not isinstance(content, str):
+        return "content must be a string, a list of parts or null"
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            return f"tool_calls must be a list, got {type(calls).__name__}"
+        for c, call in enumerate(calls):
+            problem = _tool_call_problem(call)
+            if problem:
+                return f"tool call {c} {problem}"
+    for key in ("tool_call_id", "name"):
+        if m.get(key) is not None and not isinstance(m[key], str):
+            return f"{key} must be a string"
+    try:
+        json.dumps(dict(m), ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"cannot be stored as JSON: {exc}"
+    return None
+
+
 def validate_messages(messages: Any) -> list[Message]:
-    """Chat messages as given (copied), or :class:`InvalidInputError` naming what is wrong: a list of
-    mappings with a known ``role``, string (or content-part list, or absent) ``content``, JSON-storable."""
+    """Chat messages as given (copied), or :class:`InvalidInputError` naming what is wrong (see
+    :func:`message_problem`); every message is checked completely before anything is stored."""
 
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise InvalidInputError("messages must be a list of chat messages (dicts with 'role' and 'content')")
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidInputError(f"one step records at most {MAX_MESSAGES} messages, got {len(messages)}")
     out: list[Message] = []
     for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise InvalidInputError(f"message {i} must be a dict, got {type(m).__name__}")
-        if m.get("role") not in ROLES:
-            raise InvalidInputError(f"message {i} has no known role (one of {', '.join(sorted(ROLES))})")
-        content = m.get("content")
-        if isinstance(content, str):
-            clean_text(content, f"message {i} content", allow_empty=True)
-        elif content is not None and not isinstance(content, list):
-            raise InvalidInputError(f"message {i} content must be a string, a list of parts or null")
-        try:
-            text = json.dumps(dict(m), ensure_ascii=False)
-            text.encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"message {i} cannot be stored as JSON: {exc}") from exc
-        out.append(json.loads(text))
+        problem = message_problem(m)
+        if problem:
+            raise InvalidInputError(f"message {i} {problem}")
+        if isinstance(m.get("content"), str):
+            clean_text(m["content"], f"message {i} content", allow_empty=True)
+        out.append(json.loads(json.dumps(dict(m), ensure_ascii=False)))
     if not out:
         raise InvalidInputError("messages is empty: give at least one message, or none to use the defaults")
+    return out
+
+
+def shown_as_text(messages: Any) -> list[Message]:
+    """Messages read back from the store, each usable: one that breaks :func:`message_problem` (stored
+    by an older version that checked less) becomes a user message holding its JSON as text, so a
+    session renders instead of failing. Valid messages come back unchanged."""
+    if not isinstance(messages, list):
+        messages = [messages]
+    out: list[Message] = []
+    for m in messages:
+        if message_problem(m) is None:
+            out.append(m)
+            continue
+        try:
+            text = json.dumps(m, ensure_ascii=False, default=str)
+            text.encode("utf-8")
+        except (TypeError, ValueError, RecursionError):
+            text = "(a message that could not be shown: nested too deep or not valid text)"
+        role = m.get("role") if isinstance(m, Mapping) else None
+        head = f"[a message stored in a form chat APIs refuse, shown as text; role {role!r}]"
+        out.append({"role": "user", "content": head + "\n" + text})
     return out
 
 
