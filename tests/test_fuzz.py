@@ -32,11 +32,29 @@ def shared(tmp_path_factory: Any) -> dict[str, Any]:
     return {"path": path, "mem": mem, "good": good}
 
 
+class Deep(list):  # type: ignore[type-arg]
+    """A list nested ``depth`` deep (lists and dicts in turn), with a short repr for hypothesis' reports."""
+
+    def __init__(self, depth: int) -> None:
+        value: Any = "x"
+        for i in range(depth - 1):
+            value = [value] if i % 2 else {"text": value}
+        super().__init__([value])
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"Deep({self.depth})"
+
+
 junk_text = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["", "   ", "a\x00b", "lone \ud800 surrogate", "\udfff", "ok text", "s1", "x" * 500]),
+    st.sampled_from(
+        ["", "   ", "a\x00b", "lone \ud800 surrogate", "\udfff", "ok text", "s1", "x" * 500, "u²", "u٣", "u1",
+         "\U0001f600 emoji", "\U00010348\U0001d11e", "u0", "u99999999999999999999"]
+    ),
     st.binary(max_size=12),
-)
+)  # fmt: skip
+deep = st.sampled_from([40, 300, 900, 5000]).map(Deep)
 junk = st.recursive(
     st.one_of(
         st.none(),
@@ -46,12 +64,27 @@ junk = st.recursive(
         junk_text,
         st.just(set()),
         st.just(object()),
+        deep,
     ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(["speaker", "text", "id", "role", "x"]), inner)
     ),
     max_leaves=8,
 )
+role = st.one_of(st.sampled_from(["user", "assistant", "tool", "system"]), junk_text, junk)
+junk_call = st.one_of(
+    junk,
+    st.fixed_dictionaries(
+        {"id": st.one_of(st.just("c1"), junk), "function": st.one_of(junk, st.fixed_dictionaries(
+            {"name": st.one_of(st.just("f"), junk), "arguments": st.one_of(st.just("{}"), junk_text, junk)}))},
+        optional={"type": st.one_of(st.just("function"), junk)},
+    ),
+)  # fmt: skip
+junk_message = st.fixed_dictionaries(
+    {"role": role, "content": st.one_of(junk_text, junk, st.lists(junk, max_size=2))},
+    optional={"tool_calls": st.one_of(junk, st.lists(junk_call, max_size=2)), "tool_call_id": st.one_of(junk_text, junk),
+              "name": st.one_of(junk_text, junk)},
+)  # fmt: skip
 maybe_turns = st.one_of(
     junk,
     st.lists(
@@ -131,7 +164,7 @@ def test_render_raises_only_flexamem_errors_and_writes_nothing_when_it_fails(
     session_id=st.one_of(st.none(), junk_text, junk),
     action=st.one_of(junk_text, junk),
     observation=st.one_of(junk_text, junk),
-    messages=st.one_of(st.none(), junk, st.lists(st.fixed_dictionaries({"role": junk_text, "content": junk}))),
+    messages=st.one_of(st.none(), junk, st.lists(st.one_of(junk_message, junk), max_size=3)),
     step_id=st.one_of(st.none(), junk_text, junk),
 )
 def test_agent_calls_raise_only_flexamem_errors_and_keep_the_store(
@@ -159,16 +192,70 @@ def test_agent_calls_raise_only_flexamem_errors_and_keep_the_store(
     if call(agent.context):
         ctx = agent.context()
         assert ctx.tokens <= ctx.ceiling
+    for mode in ("auto", "units", "pieces"):  # whatever was stored renders in every mode
+        ctx = agent.context(mode=mode)
+        assert ctx.tokens <= ctx.ceiling
 
 
-@settings(max_examples=max(CASES // 3, 20), deadline=None)
-@given(path=st.one_of(st.none(), junk), history=st.one_of(junk_text, junk))
-def test_opening_a_memory_raises_only_flexamem_errors(path: Any, history: Any) -> None:
-    cwd = os.getcwd()
-    if isinstance(path, str | bytes) and path not in (":memory:",):
-        path = ":memory:"  # never create junk-named files in the working tree
+@FUZZ
+@given(
+    sessions=st.one_of(junk, st.lists(st.one_of(junk, st.fixed_dictionaries({"turns": maybe_turns})), max_size=3)),
+    messages=st.one_of(junk, st.lists(st.one_of(junk_message, junk), max_size=3)),
+    unit=st.one_of(junk_text, junk),
+    order=st.one_of(st.none(), junk, st.lists(st.one_of(junk_text, junk), max_size=3)),
+    mode=st.one_of(st.sampled_from(["auto", "units", "pieces"]), junk),
+    options=st.one_of(st.none(), junk, st.dictionaries(st.sampled_from(["timeline", "candidates", "dense"]), junk)),
+)
+def test_other_calls_raise_only_flexamem_errors(
+    shared: dict[str, Any], sessions: Any, messages: Any, unit: Any, order: Any, mode: Any, options: Any
+) -> None:
+    path, mem, good = shared["path"], shared["mem"], shared["good"]
+    before = snapshot(path)
+    if not call(mem.add_sessions, sessions):
+        assert snapshot(path) == before
+    before = snapshot(path)
+    if not call(mem.add_messages, messages):
+        assert snapshot(path) == before
     try:
-        call(fm.Memory, path, history=history)
+        note = mem.note(unit)
+    except fm.FlexaMemError:
+        pass
+    else:  # a label resolves only as u<ASCII digits> or as a stored unit id
+        assert note.unit_id == unit or (unit[1:].isascii() and note.seq == int(unit[1:]) - 1)
+    if isinstance(options, dict):
+        try:
+            options = fm.RenderOptions(**options)
+        except fm.FlexaMemError:
+            options = None
+    call(good.context, options=options, mode=mode, order=order)
+    call(mem.render, "parcels", 2000, mode=mode, options=options, order=order)
+    call(mem.drop_session, unit)
+
+
+ODD_NAMES = ["x" * 300, "\udfff", "a\x00b", "\U0001f600.db", "dir/none/x.db", "", ".", "..", "sub", "sub/", "f.db/x",
+             "x" * 250 + "/y.db", "ok.db"]  # fmt: skip
+
+
+@settings(max_examples=max(CASES // 3, 20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.one_of(st.none(), junk, st.sampled_from(ODD_NAMES)),
+    history=st.one_of(junk_text, junk),
+    settings_=st.one_of(st.none(), junk),
+    writer=st.one_of(st.none(), junk),
+    read_only=st.one_of(st.booleans(), junk),
+)
+def test_opening_a_memory_raises_only_flexamem_errors(
+    tmp_path: Path, path: Any, history: Any, settings_: Any, writer: Any, read_only: Any
+) -> None:
+    cwd = os.getcwd()
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    (tmp_path / "f.db").touch()
+    if isinstance(path, str) and path != ":memory:":
+        path = str(tmp_path / path) if path in ODD_NAMES else ":memory:"  # junk names only inside tmp_path
+    elif isinstance(path, bytes):
+        path = ":memory:"
+    try:
+        call(fm.Memory, path, history=history, settings=settings_, writer=writer, read_only=read_only)
     finally:
         assert os.getcwd() == cwd
     assert not Path("None").exists()

@@ -8,12 +8,16 @@ written with even if later opened with other settings. Rendering settings (``rho
 from __future__ import annotations
 
 import functools
+import reprlib
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from flexamem.errors import InvalidInputError
 
 _MAY_BE_ZERO = frozenset({"agent_auto_identifiers"})
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -95,12 +99,12 @@ class Settings:
             kind: type = type(f.default)
             if kind is bool:
                 if not isinstance(value, bool):
-                    raise InvalidInputError(f"setting {f.name} must be True or False, got {value!r}")
+                    raise InvalidInputError(f"setting {f.name} must be True or False, got {reprlib.repr(value)}")
                 continue
             if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidInputError(f"setting {f.name} must be a whole number, got {value!r}")
+                raise InvalidInputError(f"setting {f.name} must be a whole number, got {reprlib.repr(value)}")
             if kind is float and (isinstance(value, bool) or not isinstance(value, int | float) or value != value):
-                raise InvalidInputError(f"setting {f.name} must be a number, got {value!r}")
+                raise InvalidInputError(f"setting {f.name} must be a number, got {reprlib.repr(value)}")
             if value < 0 if f.name in _MAY_BE_ZERO else value <= 0:
                 raise InvalidInputError(f"setting {f.name} must be positive, got {value}")
         if self.kappa < 4:
@@ -113,19 +117,24 @@ class Settings:
             raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
 
 
-_generated_init = Settings.__init__
+def refuse_unknown_arguments(cls: type[T]) -> type[T]:
+    """Give a frozen dataclass an ``__init__`` that refuses unknown or extra arguments with
+    :class:`InvalidInputError` (the generated one raises ``TypeError``); its ``__post_init__`` checks
+    the values."""
+    generated = cls.__init__
+    known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+
+    @functools.wraps(generated)
+    def checked(self: T, *args: Any, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise InvalidInputError(f"unknown {cls.__name__} field(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        if len(args) > len(known):
+            raise InvalidInputError(f"{cls.__name__} takes at most {len(known)} values")
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = checked  # type: ignore[method-assign]
+    return cls
 
 
-@functools.wraps(_generated_init)
-def _checked_init(self: Settings, *args: Any, **kwargs: Any) -> None:
-    """The dataclass ``__init__``, with unknown or extra arguments refused as a FlexaMemError."""
-    known = [f.name for f in fields(Settings)]
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise InvalidInputError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    if len(args) > len(known):
-        raise InvalidInputError(f"Settings takes at most {len(known)} values")
-    _generated_init(self, *args, **kwargs)
-
-
-Settings.__init__ = _checked_init  # type: ignore[method-assign]
+refuse_unknown_arguments(Settings)

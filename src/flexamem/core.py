@@ -267,6 +267,9 @@ class HistoryCore:
                 except ConcurrentWriteError:
                     if not retry:
                         raise
+                except DuplicateUnitError:
+                    if relabel is None or not retry:
+                        raise  # a name the caller chose is taken; a library-chosen one is chosen again
                 else:
                     self.epoch = epoch
                     history.extend(notes, links)

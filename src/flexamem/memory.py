@@ -43,15 +43,25 @@ if TYPE_CHECKING:
 
 
 def check_file_path(path: str | Path) -> None:
-    """A SQLite path must name a file in an existing directory (``":memory:"`` and URLs pass)."""
+    """A SQLite path must name a file in an existing directory (``":memory:"`` and URLs pass), in
+    valid text (no NUL, no lone surrogate) the file system accepts."""
     text = str(path)
+    if "\x00" in text:
+        raise InvalidInputError("path holds a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"path {text!r} is not valid text (a lone surrogate)") from None
     if text == ":memory:" or text.startswith(("postgresql://", "postgres://", "file:")):
         return
-    p = Path(text).expanduser()
-    if p.is_dir():
-        raise InvalidInputError(f"{text!r} is a directory: give a file path, e.g. {str(p / 'memory.db')!r}")
-    if not p.parent.exists():
-        raise InvalidInputError(f"cannot create {text!r}: the directory {str(p.parent)!r} does not exist")
+    try:
+        p = Path(text).expanduser()
+        if p.is_dir():
+            raise InvalidInputError(f"{text!r} is a directory: give a file path, e.g. {str(p / 'memory.db')!r}")
+        if not p.parent.exists():
+            raise InvalidInputError(f"cannot create {text!r}: the directory {str(p.parent)!r} does not exist")
+    except OSError as exc:  # a name too long, a path through a file, no permission ...
+        raise InvalidInputError(f"cannot use {text!r} as a memory file: {exc.strerror or exc}") from None
 
 
 def open_store(path: str | Path, *, read_only: bool = False) -> Store:
@@ -89,14 +99,22 @@ class Memory:
         store: Store | None = None,
         read_only: bool = False,
     ) -> None:
+        for name, value, kind in (
+            ("settings", settings, Settings),
+            ("writer", writer, RecordWriter),
+            ("embedder", embedder, Embedder),
+            ("store", store, Store),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise InvalidInputError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+        if not isinstance(read_only, bool):
+            raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter()
         self.writer: RecordWriter = writer or RuleWriter(self.settings.record_words, self.settings.merged_words)
         if store is None:
             if not isinstance(path, str | Path) or isinstance(path, bool):
                 raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
-            if "\x00" in str(path):
-                raise InvalidInputError("path holds a NUL character")
             check_file_path(path)
         self.store: Store = store or open_store(path, read_only=read_only)
         self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
@@ -188,7 +206,7 @@ class Memory:
         units (each counts once when its record is written, once when it is stored). Returns each
         session's unit ids.
         """
-        if isinstance(sessions, str | bytes | Mapping):
+        if isinstance(sessions, str | bytes | Mapping) or not isinstance(sessions, Iterable):
             raise InvalidInputError("sessions must be a list of sessions")
         batches: list[tuple[list[UnitDraft], Relabel | None]] = []
         seen = set(self.history.unit_ids)

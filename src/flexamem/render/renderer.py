@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from flexamem.config import Settings
+from flexamem.config import Settings, refuse_unknown_arguments
+from flexamem.errors import InvalidInputError
 from flexamem.history import History
 from flexamem.recover.hybrid import hybrid_ranking, hybrid_scores
 from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
@@ -35,6 +37,7 @@ from flexamem.tokens import TokenCounter
 Mode = Literal["auto", "units", "pieces"]
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
+CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,17 @@ class RenderOptions:
     small_timeline: bool = True  # False: the timeline takes rho of the allowance, as in piece recovery
     identifiers: bool = True  # False: no prior for pieces holding identifiers (agent sessions)
 
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "candidates":
+                if not isinstance(value, str) or value not in CANDIDATE_ORDERS:
+                    raise InvalidInputError(f"candidates must be one of {', '.join(CANDIDATE_ORDERS)}, got {reprlib.repr(value)}")
+            elif not isinstance(value, bool):
+                raise InvalidInputError(f"render option {f.name} must be True or False, got {reprlib.repr(value)}")
+
+
+refuse_unknown_arguments(RenderOptions)
 
 ABLATIONS: dict[str, RenderOptions] = {
     "full": RenderOptions(),

@@ -27,6 +27,7 @@ from flexamem.errors import (
     BudgetError,
     ConcurrentWriteError,
     FlexaMemError,
+    HistoryDroppedError,
     InvalidInputError,
     ModelUnavailableError,
     StoreClosedError,
@@ -69,6 +70,7 @@ STATUS = {
     Unauthorized: 401,
     BudgetError: 400,
     InvalidInputError: 400,
+    HistoryDroppedError: 404,  # before its base class: a deleted agent session is gone, not busy
     ConcurrentWriteError: 409,
     ModelUnavailableError: 503,
     StoreClosedError: 503,
@@ -223,9 +225,11 @@ class Memories:
             return mem
 
     def existing(self, tenant: str, history: str) -> Memory:
-        if self.store.history_kind(f"{tenant}/{history}") is None:
+        """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
+        mem = self.get(tenant, history)
+        if self.store.history_kind(mem.history_id) is None and not mem.sessions():
             raise NotFound(f"no history {history!r}")
-        return self.get(tenant, history)
+        return mem
 
     def histories(self, tenant: str) -> list[dict[str, Any]]:
         prefix = f"{tenant}/"
@@ -283,7 +287,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                     413, "PayloadTooLarge", f"request bodies are limited to {config.max_body_bytes} bytes"
                 )
             else:
-                response = await call_next(request)
+                try:
+                    response = await call_next(request)
+                except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
+                    response = _internal_error(request, exc)
         log.info(
             json.dumps(
                 {
@@ -314,9 +321,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return _error(exc.status_code, "HTTPError", str(exc.detail))
 
     @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
-        return _error(500, "InternalError", "the server failed; nothing was half-stored")
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:  # outside the middleware above
+        return _internal_error(request, exc)
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -432,6 +438,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         return inspector_page(memories.existing(t, history), history, query, budget, mode)
 
     return app
+
+
+def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A bug (not bad input): logged once, by route and error type only (no body, no key), answered
+    as JSON 500; every write is one transaction, so nothing is half-stored."""
+    log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
+    return _error(500, "InternalError", "the server failed; nothing was half-stored")
 
 
 def _error(status: int, kind: str, message: str, details: list[dict[str, str]] | None = None) -> JSONResponse:
