@@ -192,8 +192,11 @@ def test_agent_calls_raise_only_flexamem_errors_and_keep_the_store(
     if call(agent.context):
         ctx = agent.context()
         assert ctx.tokens <= ctx.ceiling
-    for mode in ("auto", "units", "pieces"):  # whatever was stored renders in every mode
-        ctx = agent.context(mode=mode)
+    for mode in ("auto", "units", "pieces"):  # whatever was stored renders in every mode (or: no room)
+        try:
+            ctx = agent.context(mode=mode)
+        except fm.BudgetError:
+            continue
         assert ctx.tokens <= ctx.ceiling
 
 
