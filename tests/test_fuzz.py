@@ -82,8 +82,11 @@ junk_call = st.one_of(
 )  # fmt: skip
 junk_message = st.fixed_dictionaries(
     {"role": role, "content": st.one_of(junk_text, junk, st.lists(junk, max_size=2))},
-    optional={"tool_calls": st.one_of(junk, st.lists(junk_call, max_size=2)), "tool_call_id": st.one_of(junk_text, junk),
-              "name": st.one_of(junk_text, junk)},
+    optional={
+        "tool_calls": st.one_of(junk, st.lists(junk_call, max_size=2)),
+        "tool_call_id": st.one_of(junk_text, junk),
+        "name": st.one_of(junk_text, junk),
+    },
 )  # fmt: skip
 maybe_turns = st.one_of(
     junk,

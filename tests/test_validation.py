@@ -82,7 +82,7 @@ def test_a_session_stored_with_bad_messages_renders_them_as_text(tmp_path: Path)
     for i in range(4):
         agent.step(action=f"call {i}", observation=f"result {i} " * 20)
     db = sqlite3.connect(path)
-    for n, msgs in enumerate(BAD_MESSAGES[:3] + [BAD_MESSAGES[11]], start=4):
+    for n, msgs in enumerate([*BAD_MESSAGES[:3], BAD_MESSAGES[11]], start=4):
         data = {"action": f"bad {n}", "observation": "o " * 40, "actor": "assistant", "messages": [msgs]}
         db.execute(
             "INSERT INTO steps VALUES (?, ?, NULL, ?)",

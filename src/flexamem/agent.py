@@ -341,7 +341,9 @@ class AgentSession:
         self._last = (key, context)
         return context
 
-    def _context(self, options: RenderOptions | None, mode: str, positions: Sequence[int] | None = None) -> AgentContext:
+    def _context(
+        self, options: RenderOptions | None, mode: str, positions: Sequence[int] | None = None
+    ) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)

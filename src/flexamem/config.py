@@ -133,7 +133,7 @@ def refuse_unknown_arguments(cls: type[T]) -> type[T]:
             raise InvalidInputError(f"{cls.__name__} takes at most {len(known)} values")
         generated(self, *args, **kwargs)
 
-    cls.__init__ = checked  # type: ignore[method-assign]
+    cls.__init__ = checked  # type: ignore[method-assign,assignment]
     return cls
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import numbers
 import threading
 import time
@@ -150,7 +151,7 @@ class HistoryCore:
                 if self.store.history_head(self.history_id)[0] != epoch:
                     continue  # dropped while we read: start again
                 end = start + len(notes)  # more may land between the reads: their links wait for the next sync
-                if notes and notes[0].seq != start or any(b.seq != a.seq + 1 for a, b in zip(notes, notes[1:])):
+                if (notes and notes[0].seq != start) or any(b.seq != a.seq + 1 for a, b in itertools.pairwise(notes)):
                     raise StoreError(
                         f"history {self.history_id!r} is damaged: its notes are not numbered 0, 1, 2, ... "
                         "(Memory.verify() names the gap)"
@@ -181,7 +182,13 @@ class HistoryCore:
         history = self.history
         seq = history.unit_ids.get(unit_id)
         label = unit_id[1:]
-        if seq is None and unit_id[:1] == "u" and label.isascii() and label.isdigit() and 0 < int(label) <= len(history):
+        if (
+            seq is None
+            and unit_id[:1] == "u"
+            and label.isascii()
+            and label.isdigit()
+            and 0 < int(label) <= len(history)
+        ):
             seq = int(unit_id[1:]) - 1
         if seq is None:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")

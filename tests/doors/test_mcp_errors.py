@@ -18,6 +18,7 @@ pytest.importorskip("mcp")
 import flexamem as fm
 from flexamem.mcp_server import screen
 
+DEEP = b"[" * 5000 + b"]" * 5000
 INIT = {
     "jsonrpc": "2.0", "id": 0, "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
@@ -70,8 +71,9 @@ def test_every_bad_request_with_an_id_gets_an_error_and_the_server_goes_on(tmp_p
             (b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": 5}', 2, -32602),
             (b'[{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}]', None, -32600),
             (b"[]", None, -32600),
-            (b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}", 4, -32600),
-            (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "remember", "arguments": {"text": "x\\ud800"}}}', 5, -32602),
+            (b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"a": ' + DEEP + b"}}", 4, -32600),
+            (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "remember", '
+             b'"arguments": {"text": "x\\ud800"}}}', 5, -32602),
             (b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "\\udfff"}}', 6, -32602),
             (b'"just a string"', None, -32600),
             (b'{"jsonrpc": "1.0", "id": 7, "method": "tools/list"}', 7, -32600),

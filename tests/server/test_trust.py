@@ -30,14 +30,21 @@ def fresh(server: Server) -> httpx.Client:
 
 def test_a_deleted_history_is_never_shown_by_any_worker(server: Server) -> None:
     with fresh(server) as c:
-        c.post("/v1/histories/pin/sessions", json={"session_id": "a", "turns": [{"speaker": "A", "text": "My PIN is 9876"}]})
-        c.post("/v1/histories/pin/sessions", json={"session_id": "b", "turns": [{"speaker": "A", "text": "I like tea"}]})
+        c.post(
+            "/v1/histories/pin/sessions",
+            json={"session_id": "a", "turns": [{"speaker": "A", "text": "My PIN is 9876"}]},
+        )
+        c.post(
+            "/v1/histories/pin/sessions", json={"session_id": "b", "turns": [{"speaker": "A", "text": "I like tea"}]}
+        )
         for _ in range(10):  # both workers hold the history in memory
             assert "9876" in c.post("/v1/histories/pin/render", json={"query": "What is the PIN?", "budget": 500}).text
         assert c.delete("/v1/histories/pin").json() == {"history": "pin", "dropped": True}
         r = c.post("/v1/histories/pin/sessions", json={"session_id": "c", "turns": [{"speaker": "A", "text": "new"}]})
         assert r.status_code == 200
-        shown = [c.post("/v1/histories/pin/render", json={"query": "What is the PIN?", "budget": 500}) for _ in range(40)]
+        shown = [
+            c.post("/v1/histories/pin/render", json={"query": "What is the PIN?", "budget": 500}) for _ in range(40)
+        ]
         assert all(r.status_code == 200 and "9876" not in r.text for r in shown)
         assert [n["unit_id"] for n in c.get("/v1/histories/pin/notes").json()] == ["c"]
 
@@ -82,9 +89,14 @@ def test_writes_racing_a_delete_leave_a_whole_history(server: Server) -> None:
 
 def test_an_agent_only_history_can_be_deleted(server: Server) -> None:
     with server.client() as c:
-        assert c.post("/v1/histories/solo/agents", json={"task": "t", "budget": 600, "session_id": "a"}).status_code == 200
+        assert (
+            c.post("/v1/histories/solo/agents", json={"task": "t", "budget": 600, "session_id": "a"}).status_code == 200
+        )
         for i in range(3):
-            assert c.post("/v1/histories/solo/agents/a/steps", json={"action": f"a{i}", "observation": "o"}).status_code == 200
+            assert (
+                c.post("/v1/histories/solo/agents/a/steps", json={"action": f"a{i}", "observation": "o"}).status_code
+                == 200
+            )
         assert any(h["history"] == "solo/agent:a" for h in c.get("/v1/histories").json())
         assert c.delete("/v1/histories/solo").json() == {"history": "solo", "dropped": True}
         assert not any(h["history"].startswith("solo") for h in c.get("/v1/histories").json())
@@ -104,7 +116,9 @@ def test_poisoned_steps_and_odd_names_get_a_4xx(server: Server) -> None:
             [{"role": "user", "content": json.loads("[" * 300 + "]" * 300)}],
         ]
         for msgs in bad_messages:
-            r = c.post("/v1/histories/poison/agents/a/steps", json={"action": "a", "observation": "o", "messages": msgs})
+            r = c.post(
+                "/v1/histories/poison/agents/a/steps", json={"action": "a", "observation": "o", "messages": msgs}
+            )
             assert 400 <= r.status_code < 500 and r.json()["error"]["message"], r.text
         ctx = c.get("/v1/histories/poison/agents/a/context")
         assert ctx.status_code == 200 and chat_problems(ctx.json()["messages"]) == []
@@ -122,7 +136,9 @@ def raw_get(host: str, port: int, sock: socket.socket, path: str, key: str) -> t
         assert chunk, "the server closed the connection"
         data += chunk
     head, body = data.split(b"\r\n\r\n", 1)
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     while len(body) < length:
         body += sock.recv(65536)
     return int(head.split(b" ")[1]), body

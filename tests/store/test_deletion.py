@@ -39,7 +39,7 @@ def test_a_stale_view_writes_into_the_new_history_not_after_the_old_one(store_pa
     stale.add_session(say("written by the stale view"), session_id="c")  # never at seq 2: no gap
     notes = fm.Memory(store_path, history=tenant).notes()
     assert [(n.seq, n.unit_id) for n in notes] == [(0, "x"), (1, "c")]
-    assert not any("one" == n.raw.split(": ", 1)[-1] for n in notes)
+    assert not any(n.raw.split(": ", 1)[-1] == "one" for n in notes)
 
 
 def test_merged_records_of_a_dropped_history_never_reach_the_next(store_path: str, tenant: str) -> None:

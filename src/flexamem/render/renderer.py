@@ -67,7 +67,9 @@ class RenderOptions:
             value = getattr(self, f.name)
             if f.name == "candidates":
                 if not isinstance(value, str) or value not in CANDIDATE_ORDERS:
-                    raise InvalidInputError(f"candidates must be one of {', '.join(CANDIDATE_ORDERS)}, got {reprlib.repr(value)}")
+                    raise InvalidInputError(
+                        f"candidates must be one of {', '.join(CANDIDATE_ORDERS)}, got {reprlib.repr(value)}"
+                    )
             elif not isinstance(value, bool):
                 raise InvalidInputError(f"render option {f.name} must be True or False, got {reprlib.repr(value)}")
 

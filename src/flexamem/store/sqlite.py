@@ -69,7 +69,7 @@ class SQLiteStore(SQLStore):
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
                     return
                 time.sleep(0.01)
 
