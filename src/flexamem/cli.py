@@ -312,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="locomo/longmemeval: also answer each question with the configured LLM and judge it (accuracy)",
     )
     p.add_argument(
+        "--protocol",
+        choices=["project", "longmemeval"],
+        help="--reader: the reading and judging prompts (default: longmemeval's protocol for longmemeval, "
+        "the project's for locomo; docs/EVALUATION.md)",
+    )
+    p.add_argument(
         "--stand-in",
         action="store_true",
         help="build the LLM-built baselines with the deterministic stand-in model (tests; no endpoint)",

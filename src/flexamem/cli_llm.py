@@ -63,7 +63,8 @@ def reader_from_args(args: argparse.Namespace) -> LLMReader | None:
         return None
     from flexamem.eval.reader import LLMReader
 
-    return LLMReader(required_model(args, "--reader (the reader and judge)"))
+    protocol = getattr(args, "protocol", None) or ("longmemeval" if args.dataset == "longmemeval" else "project")
+    return LLMReader(required_model(args, "--reader (the reader and judge)"), protocol=protocol)
 
 
 def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -> ChatModel | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -54,3 +55,30 @@ def test_harness_reader_adds_accuracy_per_category_and_reruns_for_free(tmp_path:
             reader=reader,
         )
         assert len(server.requests) == first  # a rerun elsewhere comes from the response cache
+
+
+def test_longmemeval_protocol_gives_the_date_and_the_judge_of_each_type(tmp_path: Path) -> None:
+    """LongMemEval's protocol: the question date reaches the reader, each question type its own judge,
+    which reads the whole response and answers yes or no."""
+    from flexamem.eval.reader import LME_JUDGES
+
+    h = tiny_history()
+    temporal = dataclasses.replace(h.questions[0], category="temporal-reasoning", date="2024/05/20 (Mon) 10:00")
+    abstain = dataclasses.replace(h.questions[0], item_id="h/q1_abs", category="temporal-reasoning/abstention")
+    h = dataclasses.replace(h, questions=[temporal, abstain])
+    with FakeOpenAI() as server:
+        reader = LLMReader(fm.OpenAICompatible(server.url, "fake"), protocol="longmemeval")
+        run([h], ["truncation"], [2048], tmp_path / "lme", progress=False, reader=reader)
+        bodies = [r["body"]["messages"] for r in server.requests]
+    reads = [m for m in bodies if m[-1]["content"].startswith("Memory:")]
+    judges = [m for m in bodies if "Correct answer:" in m[-1]["content"]]
+    assert len(reads) == 2
+    assert "Current date: 2024/05/20 (Mon) 10:00" in reads[0][-1]["content"]
+    assert "Current date: unknown" in reads[1][-1]["content"]  # the item has no date
+    assert {m[0]["content"] for m in judges} == {LME_JUDGES["temporal-reasoning"], LME_JUDGES["abstention"]}
+    assert all("Notes:" in m[-1]["content"] for m in judges)  # the whole response is judged
+    rows = [json.loads(x) for x in (tmp_path / "lme" / "per_question.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["accuracy"] == float("7781" in r["reader_answer"]) for r in rows)
+    assert verdict("yes") and not verdict("No.")
+    with pytest.raises(fm.InvalidInputError):
+        LLMReader(fm.OpenAICompatible(server.url, "fake"), protocol="nope")

@@ -44,8 +44,12 @@ def answer_for(messages: list[dict[str, str]], json_mode: bool) -> str:
         gold = last.split("Gold answer:", 1)[1].split("\n")[0].strip().lower()
         candidate = last.split("Candidate answer:", 1)[1].strip().lower()
         return "CORRECT" if gold and gold in candidate else "WRONG"
+    if last.startswith("Question:") and "Correct answer:" in last:  # LongMemEval's judge: yes when gold is in it
+        gold = last.split("Correct answer:", 1)[1].split("\n")[0].strip().lower()
+        candidate = last.split("Candidate answer:", 1)[1].strip().lower()
+        return "yes" if gold and gold in candidate else "no"
     if last.startswith("Memory:"):  # the reader: notes, then the memory's last line as the answer
-        memory = last.split("\n\nQuestion:", 1)[0]
+        memory = last.split("\n\nCurrent date:", 1)[0].split("\n\nQuestion:", 1)[0]
         return "Notes: read the memory.\nAnswer: " + memory.strip().splitlines()[-1]
     prompt = messages[0]["content"]
     m = UNIT.search(prompt)

@@ -27,6 +27,7 @@ class QAItem:
     evidence: tuple[str, ...]  # turn ids
     category: str
     group: str  # the history it belongs to (bootstrap over groups resamples these)
+    date: str | None = None  # when the question is asked (LongMemEval's question_date)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
         tuple(evidence or fallback),
         category,
         qid,
+        None if raw.get("question_date") is None else str(raw["question_date"]),
     )
     problems = [] if item.evidence else [f"{qid}: no evidence turn (no has_answer label, no answer session)"]
     return QAHistory(qid, sessions, [item] if item.evidence else [], one_unit_per_session=False, problems=problems)

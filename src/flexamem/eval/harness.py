@@ -35,6 +35,7 @@ MEASURES = (
     "evidence_verbatim",
     "evidence_partial",
     "all_evidence",
+    "session_recall",
     "answer_contained",
     "accuracy",  # only with an LLM reader and judge
     "tokens",
@@ -75,14 +76,21 @@ def measure(
     verbatim = [t for t in item.evidence if turns[t].strip() and turns[t].strip() in text]
     partial = [t for t in item.evidence if any(p in text for p in pieces.get(t, []))]
     n = len(item.evidence)
+    sessions = {_session_of(t) for t in item.evidence}
     return {
         "evidence_verbatim": len(verbatim) / n,
         "evidence_partial": len(partial) / n,
         "all_evidence": float(len(verbatim) == n),
+        "session_recall": len({_session_of(t) for t in verbatim}) / len(sessions),
         "answer_contained": float(answer_contained(text, item.answer)),
         "tokens": output.tokens,
         "within_budget": (not output.budgeted) or prompt_tokens + output.tokens <= (budget * 95) // 100,
     }
+
+
+def _session_of(turn_id: str) -> str:
+    """The session a turn id belongs to (``D1:3`` -> ``D1``, LongMemEval ``<session>:<turn>``)."""
+    return turn_id.rsplit(":", 1)[0]
 
 
 def run(
@@ -163,7 +171,9 @@ def run(
                     if output.llm_tokens:
                         row["llm_tokens"] = output.llm_tokens
                     if reader is not None:
-                        judged = reader(output.text, q.question, q.answer or NO_ANSWER)
+                        judged = reader(
+                            output.text, q.question, q.answer or NO_ANSWER, category=q.category, date=q.date
+                        )
                         row.update(reader_answer=judged.answer, accuracy=float(judged.correct))
                     rows.write(json.dumps(row) + "\n")
                 except FlexaMemError as exc:

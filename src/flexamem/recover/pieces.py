@@ -89,7 +89,14 @@ def marks_delta(present: set[int], idx: int, size: int) -> int:
 
 
 def select_pieces(
-    history: History, ranked: Sequence[int], room: int, counter: TokenCounter, header_tokens: int
+    history: History,
+    ranked: Sequence[int],
+    room: int,
+    counter: TokenCounter,
+    header_tokens: int,
+    *,
+    whole_turns: bool = False,
+    scores: np.ndarray | None = None,
 ) -> dict[int, list[int]]:
     """Take pieces in rank order while they fit ``room``: {seq: [piece indexes]}.
 
@@ -97,31 +104,79 @@ def select_pieces(
     omission marks around it, and the one-line unit header the first piece of a unit brings. Counts
     come from the write-time cache, so the section's size is known without tokenizing it. A piece
     that does not fit is skipped, not a stop.
+
+    ``whole_turns`` (``auto`` for readers): ``ranked`` comes as runs of consecutive pieces of one turn
+    (:func:`~flexamem.recover.hybrid.hybrid_ranking`), and a turn is taken whole or not at all, so the
+    reader gets the evidence turns entire; a turn longer than half the room could crowd out every
+    other, so its pieces are taken one by one, best ``scores`` first.
     """
     mark = counter.count(fmt.OMITTED) + 1
     floor = history.piece_cost_floor(mark)  # no piece can cost less: skip cheaply what cannot fit
     chosen: dict[int, set[int]] = {}
     used = header_tokens + 1
-    for doc in ranked:
-        if room - used < 4:
-            break
-        if floor[doc] > room - used:
-            continue
+
+    def cost(doc: int, extra: set[int] | None = None) -> int:
         seq, idx = history.piece_of[doc]
         note = history.notes[seq]
         piece = note.pieces[idx]
-        present = chosen.get(seq)
-        cost = piece.tokens + piece.label_tokens + 1 + mark * marks_delta(present or set(), idx, len(note.pieces))
+        present = (chosen.get(seq) or set()) | (extra or set())
+        c = piece.tokens + piece.label_tokens + 1 + mark * marks_delta(present, idx, len(note.pieces))
         if not present:
             key = ("group-header", seq)
             if key not in history.token_cache:
                 history.token_cache[key] = counter.count(f"[u{seq + 1} · {fmt.when(note)}]")
-            cost += history.token_cache[key] + 1
-        if used + cost > room:
+            c += history.token_cache[key] + 1
+        return c
+
+    def take(doc: int) -> None:
+        nonlocal used
+        if room - used < 4 or floor[doc] > room - used:
+            return
+        c = cost(doc)
+        if used + c <= room:
+            seq, idx = history.piece_of[doc]
+            chosen.setdefault(seq, set()).add(idx)
+            used += c
+
+    if not whole_turns:
+        for doc in ranked:
+            if room - used < 4:
+                break
+            take(doc)
+        return {seq: sorted(idx) for seq, idx in chosen.items()}
+    for turn in _turns(history, ranked):
+        if room - used < 4:
+            break
+        size = sum(floor[d] for d in turn)
+        if size > (room - header_tokens) // 2:  # too long to take whole: its best pieces, one by one
+            for doc in sorted(turn, key=lambda d: -float(scores[d])) if scores is not None else turn:
+                take(doc)
             continue
-        chosen.setdefault(seq, set()).add(idx)
-        used += cost
+        if size > room - used:
+            continue
+        seq = history.piece_of[turn[0]][0]
+        tentative: set[int] = set()
+        total = 0
+        for doc in turn:  # the turn's pieces are consecutive pieces of one note: cost them together
+            total += cost(doc, tentative)
+            tentative.add(history.piece_of[doc][1])
+        if used + total <= room:
+            chosen.setdefault(seq, set()).update(tentative)
+            used += total
     return {seq: sorted(idx) for seq, idx in chosen.items()}
+
+
+def _turns(history: History, ranked: Sequence[int]) -> list[list[int]]:
+    """``ranked`` cut into its runs of consecutive pieces of one turn (a run ends where the next doc
+    starts a turn or does not follow on)."""
+    turn_start = history.doc_arrays()[1]
+    runs: list[list[int]] = []
+    for doc in ranked:
+        if runs and doc == runs[-1][-1] + 1 and not turn_start[doc]:
+            runs[-1].append(doc)
+        else:
+            runs.append([doc])
+    return runs
 
 
 def pieces_section(history: History, chosen: dict[int, list[int]]) -> str:

@@ -61,6 +61,8 @@ class RenderOptions:
     neighbours: bool = True  # False: no lift for the turns next to a ranked turn
     small_timeline: bool = True  # False: the timeline takes rho of the allowance, as in piece recovery
     identifiers: bool = True  # False: no prior for pieces holding identifiers (agent sessions)
+    atomic_turns: bool = True  # False: a ranked turn may be shown in part (those of its pieces that fit)
+    tight_timeline: bool = True  # False: a timeline that cannot merge down to auto_rho keeps up to rho
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -98,6 +100,8 @@ AUTO_ABLATIONS: dict[str, RenderOptions] = {
     "auto-no-whole-turns": RenderOptions(whole_turns=False),
     "auto-no-neighbours": RenderOptions(neighbours=False),
     "auto-rho-timeline": RenderOptions(small_timeline=False),
+    "auto-part-turns": RenderOptions(atomic_turns=False),
+    "auto-loose-timeline": RenderOptions(tight_timeline=False),
 }
 
 
@@ -286,9 +290,9 @@ class Renderer:
         s = self.settings
         auto = mode == "auto"
         agent = auto and query.agent  # agent histories: pieces one by one, timeline at rho, identifiers
-        if auto and options.small_timeline and not agent:  # merged down to a small share; up to rho when that cannot be
+        if auto and options.small_timeline and not agent:  # merged down to a small share (see tight_timeline)
             entries = self.timeline.fit(base, s.auto_rho * max(allowance, merge_allowance))
-            keep = s.rho * allowance
+            keep = (s.auto_rho if options.tight_timeline else s.rho) * allowance
         else:
             entries = self.timeline.fit(base, s.rho * max(allowance, merge_allowance))
             keep = allowance if merge_allowance <= allowance else s.rho * allowance
@@ -296,6 +300,7 @@ class Renderer:
         entries, hidden = hide_oldest(entries, keep)
         room = allowance - total_tokens(entries) - (1 if entries else 0)
         header = self.counter.count(fmt.PIECES_HEADER)
+        scores: np.ndarray | None = None
         if auto:
             alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
             scores = hybrid_scores(
@@ -317,7 +322,12 @@ class Renderer:
             )
         else:
             ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
-        chosen = select_pieces(self.history, ranked, room, self.counter, header) if room > header else {}
+        atomic = auto and not agent and options.whole_turns and options.atomic_turns
+        chosen = (
+            select_pieces(self.history, ranked, room, self.counter, header, whole_turns=atomic, scores=scores)
+            if room > header
+            else {}
+        )
         rank_of = {d: r for r, d in enumerate(ranked)}
         while True:
             lines = [e.line for e in entries]
