@@ -47,6 +47,26 @@ def test_longmemeval_loader_maps_turns_labels_and_bad_items() -> None:
         longmemeval_histories(FIXTURE.parent / "nope.json")
 
 
+def test_a_haystack_holding_one_session_twice_keeps_both(tmp_path: Path) -> None:
+    """LongMemEval haystacks can repeat a session (2 of the 60 dev questions): the repeat gets a name of
+    its own instead of failing the whole question at ingest."""
+    session = [{"role": "user", "content": "I moved to Porto in May."}, {"role": "assistant", "content": "Nice!"}]
+    item = {
+        "question_id": "dup", "question_type": "single-session-user", "question": "Where did I move?",
+        "answer": "Porto", "question_date": "2024/06/01", "haystack_session_ids": ["a", "b", "a"],
+        "haystack_dates": ["2024/05/01", "2024/05/02", "2024/05/03"],
+        "haystack_sessions": [session, [{"role": "user", "content": "Hi", "has_answer": False}], session],
+        "answer_session_ids": ["a"],
+    }  # fmt: skip
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps([item]))
+    (h,) = longmemeval_histories(path)
+    assert [s.session_id for s in h.sessions] == ["a", "b", "a#2"]
+    assert h.questions[0].evidence == ("a:0", "a:1", "a#2:0", "a#2:1") and h.questions[0].date == "2024/06/01"
+    run([h], ["auto"], [512], tmp_path / "out", progress=False)
+    assert load_rows(tmp_path / "out")[0]["session_recall"] == 1.0
+
+
 def test_every_method_stays_in_budget_and_measures_make_sense(tmp_path: Path) -> None:
     h = tiny_history()
     run([h], list(METHODS), [256, 1024], tmp_path, progress=False)

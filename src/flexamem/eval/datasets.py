@@ -75,7 +75,11 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
         raise InvalidInputError(f"LongMemEval item {qid}: sessions, ids and dates differ in length")
     answer_sessions = set(raw.get("answer_session_ids") or [])
     sessions, evidence, fallback = [], [], []
-    for sid, date, turns in zip(session_ids, dates, raw["haystack_sessions"], strict=True):
+    seen: dict[str, int] = {}
+    for raw_sid, date, turns in zip(session_ids, dates, raw["haystack_sessions"], strict=True):
+        # a haystack can hold the same session twice: the repeat is kept, under a name of its own
+        seen[str(raw_sid)] = seen.get(str(raw_sid), 0) + 1
+        sid = str(raw_sid) if seen[str(raw_sid)] == 1 else f"{raw_sid}#{seen[str(raw_sid)]}"
         if not isinstance(turns, list):
             raise InvalidInputError(f"LongMemEval item {qid}: session {sid} is not a list of turns")
         out_turns = []
@@ -88,7 +92,7 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
             out_turns.append({"speaker": str(t["role"]), "role": str(t["role"]), "text": str(t["content"]), "id": tid})
             if t.get("has_answer"):
                 evidence.append(tid)
-            if sid in answer_sessions:
+            if raw_sid in answer_sessions:
                 fallback.append(tid)
         if out_turns:
             sessions.append(
