@@ -32,6 +32,7 @@ text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=120).map(" ".join)
 turn = st.tuples(st.sampled_from(["Ana", "Ben", "user", "assistant"]), st.lists(text, min_size=1, max_size=4))
 session = st.lists(turn, min_size=1, max_size=6)
 budgets = st.integers(min_value=256, max_value=32_000)
+SWITCHES = [fm.RenderOptions(atomic_turns=False), fm.RenderOptions(tight_timeline=False)]
 slow = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -58,6 +59,9 @@ def test_reader_renders_never_exceed_the_budget(sessions, budgets, query, prompt
             assert r.tokens == fm.count(r.text)
             assert fixed + r.tokens <= (budget * 95) // 100
             assert len(r.shown) == len(mem)
+        for options in SWITCHES:  # auto's switches, each turned off
+            r = mem.render(query, budget, options=options, prompt=prompt)
+            assert r.tokens == fm.count(r.text) and fixed + r.tokens <= (budget * 95) // 100
 
 
 @slow
@@ -76,3 +80,18 @@ def test_agent_context_never_exceeds_the_ceiling(steps, budget, system) -> None:
             ctx = agent.context(mode=mode)
             assert ctx.tokens == messages_tokens(ctx.messages, mem.counter) <= ceiling
             assert ctx.messages[-1]["role"] in ("user", "assistant")
+
+
+def test_a_turn_shown_whole_reads_as_written() -> None:
+    """auto (readers) shows a ranked turn whole or not at all, and its pieces joined into the text it was:
+    a long turn of many lines comes back verbatim, with no piece labels inside it."""
+    mem = fm.Memory(":memory:", settings=fm.Settings(kappa=16))
+    long_turn = "\n".join(f"Line {i}: the Lisbon pottery class moved to room {100 + i}." for i in range(12))
+    mem.add_session([{"speaker": "Ana", "text": long_turn}, {"speaker": "Ben", "text": "Noted."}], session_id="a")
+    for i in range(40):
+        mem.add_session([{"speaker": "Ana", "text": f"Day {i}: the garden, the market and the rain. " * 4}])
+    assert len(mem.notes()[0].pieces) > 6  # the turn is many pieces
+    r = mem.render("Which room is the pottery class in?", budget=700)
+    assert not r.pass_through and "Ana: " + long_turn in r.text
+    parted = mem.render("Which room is the pottery class in?", budget=700, options=fm.RenderOptions(atomic_turns=False))
+    assert "Ana: " + long_turn not in parted.text and "[Ana]" in parted.text  # labelled pieces, one a line

@@ -108,7 +108,8 @@ def select_pieces(
     ``whole_turns`` (``auto`` for readers): ``ranked`` comes as runs of consecutive pieces of one turn
     (:func:`~flexamem.recover.hybrid.hybrid_ranking`), and a turn is taken whole or not at all, so the
     reader gets the evidence turns entire; a turn longer than half the room could crowd out every
-    other, so its pieces are taken one by one, best ``scores`` first.
+    other, so its pieces are taken one by one, best ``scores`` first. The section is then rendered with
+    runs joined (:func:`pieces_section` ``join=True``): a piece following a chosen one costs no label.
     """
     mark = counter.count(fmt.OMITTED) + 1
     floor = history.piece_cost_floor(mark)  # no piece can cost less: skip cheaply what cannot fit
@@ -120,7 +121,8 @@ def select_pieces(
         note = history.notes[seq]
         piece = note.pieces[idx]
         present = (chosen.get(seq) or set()) | (extra or set())
-        c = piece.tokens + piece.label_tokens + 1 + mark * marks_delta(present, idx, len(note.pieces))
+        label = 0 if whole_turns and (idx - 1) in present else piece.label_tokens  # joined to the one before
+        c = piece.tokens + label + 1 + mark * marks_delta(present, idx, len(note.pieces))
         if not present:
             key = ("group-header", seq)
             if key not in history.token_cache:
@@ -179,7 +181,8 @@ def _turns(history: History, ranked: Sequence[int]) -> list[list[int]]:
     return runs
 
 
-def pieces_section(history: History, chosen: dict[int, list[int]]) -> str:
-    """The pieces after the timeline: a one-line header, then groups by unit in time order."""
-    groups = [fmt.pieces_group(history.notes[seq], sorted(idx)) for seq, idx in sorted(chosen.items())]
+def pieces_section(history: History, chosen: dict[int, list[int]], *, join: bool = False) -> str:
+    """The pieces after the timeline: a one-line header, then groups by unit in time order (``join``:
+    runs of consecutive pieces as the raw text they cover, see :func:`~flexamem.render.format.piece_lines`)."""
+    groups = [fmt.pieces_group(history.notes[seq], sorted(idx), join=join) for seq, idx in sorted(chosen.items())]
     return "\n".join([fmt.PIECES_HEADER, *groups])

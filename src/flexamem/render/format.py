@@ -54,18 +54,33 @@ def piece_line(piece: Piece) -> str:
     return f"[{piece.label}] {piece.text}" if piece.label else piece.text
 
 
-def piece_lines(note: Note, chosen: Sequence[int]) -> list[str]:
-    """Chosen pieces of one unit in original order, with a mark wherever text is left out."""
+def piece_lines(note: Note, chosen: Sequence[int], *, join: bool = False) -> list[str]:
+    """Chosen pieces of one unit in original order, with a mark wherever text is left out. ``join``:
+    each run of consecutive pieces is shown as the raw text it covers (``raw[first.start:last.end]``,
+    so a turn shown whole reads exactly as it was written), labelled as its first piece."""
     lines: list[str] = []
     prev = -1
+    run: list[Piece] = []
     for idx in sorted(chosen):
         if idx != prev + 1:
+            if run:
+                lines.append(_run_line(note, run))
+                run = []
             lines.append(OMITTED)
-        lines.append(piece_line(note.pieces[idx]))
+        run.append(note.pieces[idx])
+        if not join:
+            lines.append(piece_line(run.pop()))
         prev = idx
+    if run:
+        lines.append(_run_line(note, run))
     if chosen and prev != len(note.pieces) - 1:
         lines.append(OMITTED)
     return lines
+
+
+def _run_line(note: Note, run: Sequence[Piece]) -> str:
+    text = note.raw[run[0].start : run[-1].end]
+    return f"[{run[0].label}] {text}" if run[0].label else text
 
 
 def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
@@ -73,5 +88,5 @@ def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
     return "\n".join([head, *piece_lines(note, chosen)])
 
 
-def pieces_group(note: Note, chosen: Sequence[int]) -> str:
-    return "\n".join([f"[{note.label} · {when(note)}]", *piece_lines(note, chosen)])
+def pieces_group(note: Note, chosen: Sequence[int], *, join: bool = False) -> str:
+    return "\n".join([f"[{note.label} · {when(note)}]", *piece_lines(note, chosen, join=join)])

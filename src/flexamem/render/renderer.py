@@ -332,7 +332,7 @@ class Renderer:
         while True:
             lines = [e.line for e in entries]
             if chosen:
-                lines.append(pieces_section(self.history, chosen))
+                lines.append(pieces_section(self.history, chosen, join=atomic))
             text = "\n".join(lines)
             tokens = self.counter.count(text)
             if tokens <= allowance:
