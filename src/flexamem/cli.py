@@ -179,7 +179,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     baseline_model = baseline_model_from_args(args, methods)
     run(
         histories, methods, budgets, out, progress=not args.quiet, writer=writer, reader=reader,
-        baseline_model=baseline_model,
+        baseline_model=baseline_model, keep=Path(args.keep) if args.keep else None,
     )  # fmt: skip
     results = summarise(out, by_group=by_group, resamples=args.resamples)
     try:
@@ -306,6 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--ci-over", choices=["questions", "conversations"], default="questions", help="what the bootstrap resamples"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--keep",
+        help="locomo/longmemeval: a folder where each history is stored once (SQLite, and the turn baselines' "
+        "vectors); a later run with other methods or budgets ingests nothing",
+    )
     p.add_argument(
         "--reader",
         action="store_true",

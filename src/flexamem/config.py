@@ -73,6 +73,11 @@ class Settings:
     """``auto`` ranking: weight of the max-normalised BM25 score (stemmed terms) against the piece
     cosine, ``alpha * bm25 / max(bm25) + (1 - alpha) * cos``. 0.4-0.6 within a point on LoCoMo dev."""
 
+    auto_alpha_spread: float = 2.0
+    """``auto`` for readers: how fast the BM25 weight falls for a query whose BM25 scores are flat over
+    its best turns, ``a = min(auto_alpha, spread * auto_alpha * (1 - flat))`` (recover/hybrid.py
+    ``turn_scores``). Calibrated on LoCoMo and LongMemEval dev together (docs/CALIBRATION.md)."""
+
     auto_neighbour: float = 0.5
     """``auto``: a turn next to a ranked turn (same unit) scores at least this share of its neighbour's
     score, so the question of an answer (or the answer of a question) comes with it when room allows."""

@@ -162,3 +162,23 @@ def test_an_llm_record_writer_is_billed_on_flexamem_rows(tmp_path: Path) -> None
     assert "llm_tokens" not in rows[("truncation", 120)]  # a method that shows no record pays nothing
     plain = run([tiny_history()], ["auto"], [2000], tmp_path / "rule", progress=False)
     assert all("llm_tokens" not in r for r in load_rows(plain.parent))  # the rule writer costs nothing
+
+
+def test_keep_stores_each_history_once_and_reruns_ingest_nothing(tmp_path: Path) -> None:
+    keep = tmp_path / "keep"
+    run([tiny_history()], ["auto", "dense-turns"], [256], tmp_path / "a", progress=False, keep=keep)
+    (db,) = keep.glob("*.db")
+    assert db.with_suffix(".done").read_text() == "8" and db.with_suffix(".turns.npy").exists()
+    stamp = db.stat().st_mtime_ns
+    run([tiny_history()], ["auto", "dense-turns", "hybrid-turns"], [256], tmp_path / "b", progress=False, keep=keep)
+    assert db.stat().st_mtime_ns == stamp  # opened, not written: nothing ingested again
+    first, second = load_rows(tmp_path / "a"), load_rows(tmp_path / "b")
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_ms"} for r in rows]  # noqa: E731
+    assert strip(second[:2]) == strip(first) and len(second) == 3
+    # an ingest that did not finish (no .done) is thrown away and done again
+    db.with_suffix(".done").unlink()
+    run([tiny_history()], ["auto"], [512], tmp_path / "c", progress=False, keep=keep)
+    assert db.with_suffix(".done").exists() and len(fm.Memory(db).notes()) == 8
+    other = fm.Settings(kappa=32)  # other settings: another file
+    run([tiny_history()], ["auto"], [256], tmp_path / "d", progress=False, keep=keep, settings=other)
+    assert len(list(keep.glob("*.db"))) == 2

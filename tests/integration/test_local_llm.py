@@ -150,3 +150,21 @@ def test_the_built_wheel_is_portable() -> None:
         Path(os.environ.get("FLEXAMEM_CACHE", Path.home() / ".cache" / "flexamem")).glob("wheels/*/BUILD_OPTIONS")
     )
     assert opts and all("-DGGML_NATIVE=OFF" in p.read_text() for p in opts)
+
+
+def test_a_real_model_reads_longmemeval_by_its_protocol(server: LocalServer, tmp_path: Path) -> None:
+    """The plumbing of LongMemEval's accuracy protocol on one real dev question: the question date and
+    the chain-of-note prompt reach the model, the judge of the question's type answers yes or no."""
+    from flexamem.eval.datasets import longmemeval_histories
+    from flexamem.eval.harness import load_rows, run
+    from flexamem.eval.reader import LLMReader
+    from tests.conftest import data_root
+
+    path = data_root() / "longmemeval" / "longmemeval-s-dev.json"
+    if not path.exists():
+        pytest.skip(f"no LongMemEval dev data at {path}")
+    (h,) = [h for h in longmemeval_histories(path)[:1]]
+    reader = LLMReader(llm(server, tmp_path / "cache.sqlite"), answer_tokens=200, protocol="longmemeval")
+    run([h], ["auto"], [2048], tmp_path / "out", progress=False, reader=reader)
+    (row,) = load_rows(tmp_path / "out")
+    assert row["accuracy"] in (0.0, 1.0) and row["reader_answer"] and row["within_budget"]

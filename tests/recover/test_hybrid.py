@@ -207,3 +207,26 @@ def test_ranked_groups_match_a_full_stable_sort() -> None:
     for n in (1, 10, 2 * TOP + 1, 3 * TOP, 9000):
         scores = np.round(rng.random(n) * 40) / 10  # many ties
         assert list(_ranked_groups(scores)) == list(np.lexsort((np.arange(n), -scores)))
+
+
+def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_flat_one() -> None:
+    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+
+    mem = history_mem()
+    h = mem.history
+    starts = np.flatnonzero(h.doc_arrays()[1])
+    qv = mem.query_vector("x")
+    # one turn stands out lexically (flat ~ 0.1 over the 6 turns): the full BM25 weight is kept
+    bm, cos = hybrid_parts(h, stemmed(["4417"]), lambda: qv, len(h), dense=True)
+    assert cos is not None
+    pointed = turn_scores(h, bm, cos, alpha=0.5, spread=2.0)
+    best_bm, best_cos = np.maximum.reduceat(bm, starts), np.maximum.reduceat(cos, starts)
+    assert np.allclose(pointed, 0.5 * best_bm + 0.5 * best_cos)
+    # every turn matches as well as the best (flat = 1): ranked by meaning alone
+    flat_bm = np.ones_like(bm)
+    assert np.allclose(turn_scores(h, flat_bm, cos, alpha=0.5, spread=2.0), best_cos)
+    # in between, the weight falls linearly with the flatness: top-2 mean 0.75 -> a = 2 * 0.5 * 0.25
+    half = np.zeros_like(bm)
+    half[starts[0]], half[starts[1]] = 1.0, 0.5
+    got = turn_scores(h, half, cos, alpha=0.5, spread=2.0, top=2)
+    assert np.allclose(got, 0.25 * np.maximum.reduceat(half, starts) + 0.75 * best_cos)

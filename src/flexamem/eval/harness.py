@@ -8,7 +8,9 @@ measure, with bootstrap CIs), paired comparisons (exact McNemar, Holm) and a Mar
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sys
 import time
 from collections import defaultdict
@@ -16,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import numpy as np
 
 from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.config import Settings
@@ -27,6 +31,7 @@ from flexamem.eval.reader import READER_PROMPT, LLMReader
 from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
+from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.records import RecordWriter
 
 ALL_METHODS = {**METHODS, **BASELINE_METHODS}  # the no-LLM methods and the LLM-built baselines
@@ -104,11 +109,14 @@ def run(
     writer: RecordWriter | None = None,
     reader: LLMReader | None = None,
     baseline_model: ChatModel | None = None,
+    keep: Path | None = None,
 ) -> Path:
     """Render every question with every method at every budget; append one row per outcome to
     ``per_question.jsonl`` (rows already there are skipped: a rerun resumes). ``writer`` writes the
     records (rule writer by default); ``reader`` adds the LLM-judged ``accuracy`` of each row;
-    ``baseline_model`` builds the LLM-built baselines' memories (their rows carry ``llm_tokens``)."""
+    ``baseline_model`` builds the LLM-built baselines' memories (their rows carry ``llm_tokens``).
+    ``keep``: a folder where each history is stored once (a SQLite file per history and settings, and
+    the turn baselines' vectors), so a later run with other methods or budgets ingests nothing."""
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
         raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(ALL_METHODS)}")
@@ -132,7 +140,7 @@ def run(
             if not todo:
                 continue
             try:
-                ctx = _context(h, settings, writer)
+                ctx = _context(h, settings, writer, keep)
                 if baseline_model is not None:
                     ctx.extra["baseline_model"] = baseline_model
             except FlexaMemError as exc:
@@ -153,6 +161,7 @@ def run(
             prompt_tokens = {
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }
+            turn_file = _kept_turns(ctx, keep)
             for q, m, b in todo:
                 try:
                     start = time.perf_counter()
@@ -181,18 +190,51 @@ def run(
                 if bar:
                     bar.step(f"{h.history_id} {m} {b}")
             rows.flush()
+            if turn_file is not None and "turns" in ctx.extra and not turn_file.exists():
+                np.save(turn_file, ctx.turns()[1])
+            ctx.mem.close()
     return rows_path
 
 
-def _context(h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None) -> MethodContext:
+def _context(
+    h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None, keep: Path | None = None
+) -> MethodContext:
     base = settings or Settings()
     s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
-    mem = Memory(":memory:", settings=s, writer=writer)
-    for session in h.sessions:
-        mem.add_session(session.turns, session_id=session.session_id, date=session.date)
+    path = _kept_path(h, s, writer, keep)
+    if path is not None and path.with_suffix(".done").exists():
+        mem = Memory(path, settings=s, writer=writer)  # stored by an earlier run: nothing to ingest
+    else:
+        if path is not None:
+            for stale in (path, path.with_suffix(".done"), path.with_suffix(".turns.npy")):
+                stale.unlink(missing_ok=True)  # an ingest that did not finish: start again
+        mem = Memory(path or ":memory:", settings=s, writer=writer)
+        mem.add_sessions([{"turns": x.turns, "session_id": x.session_id, "date": x.date} for x in h.sessions])
+        if path is not None:
+            path.with_suffix(".done").write_text(str(len(mem)))
     ctx = MethodContext(mem, READER_PROMPT)
     ctx.extra["writer_tokens"] = writer_tokens(mem)  # the LLM record writer's bill (0 with the rule writer)
     return ctx
+
+
+def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Path | None) -> Path | None:
+    """Where ``keep`` stores this history under these settings and this record writer (None: nowhere)."""
+    if keep is None:
+        return None
+    keep.mkdir(parents=True, exist_ok=True)
+    key = json.dumps([h.history_id, sorted(s.__dict__.items()), type(writer).__name__ if writer else "rule"])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return keep / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', h.history_id)[:80]}-{digest}.db"
+
+
+def _kept_turns(ctx: MethodContext, keep: Path | None) -> Path | None:
+    """The turn baselines' vectors of a kept history: loaded into ``ctx`` when an earlier run saved them."""
+    if keep is None or not isinstance(ctx.mem.store, SQLiteStore):
+        return None
+    path = Path(ctx.mem.store.path).with_suffix(".turns.npy")
+    if path.exists():
+        ctx.extra["turn_vectors"] = np.load(path)
+    return path
 
 
 def _turn_pieces(mem: Memory) -> dict[str, list[str]]:

@@ -59,7 +59,11 @@ class MethodContext:
                     else:
                         vectors.append(None)
                         todo.append(len(vectors) - 1)
-            if todo:
+            kept = self.extra.get("turn_vectors")  # the same turns' vectors from an earlier run (--keep)
+            if todo and isinstance(kept, np.ndarray) and len(kept) == len(vectors):
+                for i in todo:
+                    vectors[i] = kept[i]
+            elif todo:
                 for i, v in zip(todo, self.mem.embedder.embed([texts[i] for i in todo]), strict=True):
                     vectors[i] = v
             cached = self.extra["turns"] = (lines, np.stack(vectors), index)

@@ -26,22 +26,23 @@ import numpy as np
 from flexamem.history import History
 
 
-def hybrid_scores(
+def hybrid_parts(
     history: History,
     terms: Sequence[str],
     vector: Callable[[], np.ndarray],
     n: int,
     *,
-    alpha: float,
+    dense: bool,
     stemmed: bool = True,
     piece_vectors: bool = True,
     identifiers: float = 0.0,
-) -> np.ndarray:
-    """The fused score of every piece of notes ``0..n-1`` (indexed by BM25 doc id).
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The two halves of the fused score of every piece of notes ``0..n-1`` (by BM25 doc id): BM25
+    divided by its maximum (plus the identifier prior), and the cosine to the query (None unless
+    ``dense``; ``vector`` is only asked for then).
 
-    ``terms`` must already be stemmed when ``stemmed`` is set. ``vector`` (the query's embedding) is
-    only asked for when the cosine counts (``alpha < 1``). ``piece_vectors=False`` scores every piece
-    by its note's embedding (the ablation, and what a history written without vectors gets).
+    ``terms`` must already be stemmed when ``stemmed`` is set. ``piece_vectors=False`` scores every
+    piece by its note's embedding (the ablation, and what a history written without vectors gets).
     """
     limit = history.doc_of[n] if n < len(history.doc_of) else history.pieces_count
     bm = np.zeros(limit, dtype=np.float64)
@@ -53,15 +54,61 @@ def hybrid_scores(
         bm /= top
     if identifiers > 0:  # a prior for pieces holding identifiers (up to 3 of them count)
         bm += identifiers * np.minimum(history.doc_arrays()[2][:limit], 3.0) / 3.0
-    if alpha >= 1:
-        return bm
+    if not dense:
+        return bm, None
     if piece_vectors:
         cos = history.piece_matrix[:limit] @ vector()
     else:
         unit_cos = history.embeddings[:n] @ vector()
         cos = unit_cos[history.doc_arrays()[0][:limit]]
-    fused: np.ndarray = alpha * bm + (1.0 - alpha) * cos.astype(np.float64)
+    return bm, cos.astype(np.float64)
+
+
+def hybrid_scores(
+    history: History,
+    terms: Sequence[str],
+    vector: Callable[[], np.ndarray],
+    n: int,
+    *,
+    alpha: float,
+    stemmed: bool = True,
+    piece_vectors: bool = True,
+    identifiers: float = 0.0,
+) -> np.ndarray:
+    """The fused score ``alpha * bm25 / max(bm25) + (1 - alpha) * cos`` of every piece of notes
+    ``0..n-1`` (indexed by BM25 doc id); see :func:`hybrid_parts`."""
+    bm, cos = hybrid_parts(
+        history, terms, vector, n, dense=alpha < 1, stemmed=stemmed, piece_vectors=piece_vectors,
+        identifiers=identifiers,
+    )  # fmt: skip
+    if cos is None:
+        return bm
+    fused: np.ndarray = alpha * bm + (1.0 - alpha) * cos
     return fused
+
+
+def turn_scores(
+    history: History, bm: np.ndarray, cos: np.ndarray, *, alpha: float, spread: float, top: int = 10
+) -> np.ndarray:
+    """Readers' ``auto``: one score per turn, ``a * best bm25 + (1 - a) * best cosine`` of its pieces,
+    with the BM25 weight ``a`` set per query by how much BM25 sets its best turns apart.
+
+    ``flat`` is the mean of the ``top`` best turns' normalised BM25 (1 when they all match as well as
+    the best, near 0 when one turn stands out); ``a = min(alpha, spread * alpha * (1 - flat))``. A
+    question whose words single out a few turns (a name, a code, a rare word) keeps BM25's full weight;
+    one whose words are spread evenly over many turns ("any tips for my phone?") is ranked mostly by
+    meaning. Calibrated in docs/CALIBRATION.md.
+    """
+    starts = np.flatnonzero(history.doc_arrays()[1][: len(bm)])
+    if len(starts) == 0:
+        return np.zeros(0)
+    best_bm = np.maximum.reduceat(bm, starts)
+    best_cos = np.maximum.reduceat(cos, starts)
+    k = min(top, len(best_bm))
+    flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
+    a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))
+    out: np.ndarray = a * best_bm + (1.0 - a) * best_cos
+    return out
 
 
 def hybrid_ranking(
@@ -71,9 +118,11 @@ def hybrid_ranking(
     *,
     neighbour: float,
     whole_turns: bool = True,
+    group_scores: np.ndarray | None = None,
 ) -> list[int]:
     """Doc ids in rank order (turns together, neighbours lifted), cut once the ranked pieces hold
-    well over ``room`` tokens (a piece that does not fit is skipped, so some spare ones are kept)."""
+    well over ``room`` tokens (a piece that does not fit is skipped, so some spare ones are kept).
+    ``group_scores`` (one per turn, :func:`turn_scores`) replaces a turn's best piece score."""
     limit = len(scores)
     if limit == 0:
         return []
@@ -81,7 +130,7 @@ def hybrid_ranking(
     starts_mask = turn_start[:limit] if whole_turns else np.ones(limit, dtype=bool)
     starts = np.flatnonzero(starts_mask)
     ends = np.append(starts[1:], limit)
-    group_score = np.maximum.reduceat(scores, starts)
+    group_score = np.maximum.reduceat(scores, starts) if group_scores is None else group_scores
     if neighbour > 0 and len(starts) > 1:
         seqs = doc_seq[starts]
         same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note

@@ -25,7 +25,7 @@ import numpy as np
 from flexamem.config import Settings, refuse_unknown_arguments
 from flexamem.errors import InvalidInputError
 from flexamem.history import History
-from flexamem.recover.hybrid import hybrid_ranking, hybrid_scores
+from flexamem.recover.hybrid import hybrid_parts, hybrid_ranking, turn_scores
 from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
 from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
 from flexamem.render import format as fmt
@@ -62,6 +62,7 @@ class RenderOptions:
     small_timeline: bool = True  # False: the timeline takes rho of the allowance, as in piece recovery
     identifiers: bool = True  # False: no prior for pieces holding identifiers (agent sessions)
     atomic_turns: bool = True  # False: a ranked turn may be shown in part (those of its pieces that fit)
+    adaptive_alpha: bool = True  # False: every query fuses BM25 and cosine with the fixed auto_alpha
     tight_timeline: bool = True  # False: a timeline that cannot merge down to auto_rho keeps up to rho
 
     def __post_init__(self) -> None:
@@ -101,6 +102,7 @@ AUTO_ABLATIONS: dict[str, RenderOptions] = {
     "auto-no-neighbours": RenderOptions(neighbours=False),
     "auto-rho-timeline": RenderOptions(small_timeline=False),
     "auto-part-turns": RenderOptions(atomic_turns=False),
+    "auto-fixed-alpha": RenderOptions(adaptive_alpha=False),
     "auto-loose-timeline": RenderOptions(tight_timeline=False),
 }
 
@@ -303,22 +305,27 @@ class Renderer:
         scores: np.ndarray | None = None
         if auto:
             alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
-            scores = hybrid_scores(
+            bm, cos = hybrid_parts(
                 self.history,
                 stemmed(query.terms) if options.stemming else query.terms,
                 query.vector,
                 n,
-                alpha=alpha,
+                dense=alpha < 1,
                 stemmed=options.stemming,
                 piece_vectors=options.piece_vectors,
                 identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
             )
+            scores = bm if cos is None else alpha * bm + (1.0 - alpha) * cos
+            per_turn = None
+            if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
+                per_turn = turn_scores(self.history, bm, cos, alpha=alpha, spread=s.auto_alpha_spread)
             ranked = hybrid_ranking(
                 self.history,
                 scores,
                 room,
                 neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
                 whole_turns=options.whole_turns and not agent,
+                group_scores=per_turn,
             )
         else:
             ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
