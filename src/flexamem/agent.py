@@ -430,15 +430,17 @@ class AgentSession:
         )
         spans = self._spans
         renderer = mem.renderer
-        base = renderer.timeline.restore([tuple(s) for s in spans], n)
-        rendering = renderer.render(
-            query,
-            allowance,
-            mode,  # type: ignore[arg-type]
-            options,
-            n=n,
-            merge_allowance=max(allowance, reference),
-            base=base,
+        rendering = mem.render(  # a merge a model writes is written between attempts, outside the lock
+            lambda: renderer.render(
+                query,
+                allowance,
+                mode,  # type: ignore[arg-type]
+                options,
+                n=n,
+                merge_allowance=max(allowance, reference),
+                base=renderer.timeline.restore([tuple(s) for s in spans], n),
+            ),
+            locked=False,
         )
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
         if merged != spans and options.timeline and keep_spans:

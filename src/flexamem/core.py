@@ -37,7 +37,8 @@ from flexamem.errors import (
 from flexamem.history import History
 from flexamem.notes import Note, Record, UnitDraft
 from flexamem.render.renderer import Renderer
-from flexamem.render.timeline import Timeline
+from flexamem.render.result import Rendering
+from flexamem.render.timeline import MergeNeeded, Timeline
 from flexamem.store.base import StepRow, Store
 from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
@@ -115,6 +116,25 @@ class HistoryCore:
                 )
                 self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
             return self._renderer
+
+    def render(self, attempt: Callable[[], Rendering], *, locked: bool = True) -> Rendering:
+        """Run ``attempt`` (a render of this view; under the lock, after a catch-up, when ``locked``).
+        A merged record a model must write (:class:`~flexamem.render.timeline.MergeNeeded`) is written
+        between attempts with the lock released, so a slow endpoint stalls only this call, never the
+        other renders and writes of the history; each round stores one more merged record."""
+        written = 0
+        while True:
+            try:
+                if locked:
+                    with self.lock:
+                        self.sync()
+                        result = attempt()
+                else:
+                    result = attempt()
+                return dataclasses.replace(result, merges_written=result.merges_written + written)
+            except MergeNeeded as need:
+                self.renderer.timeline.write_merge(need.group)
+                written += 1
 
     def reset(self) -> None:
         """Forget the view (the history was dropped): the next use starts afresh from the store."""

@@ -380,11 +380,12 @@ class Memory:
             excerpt_terms=query_terms(query),
             vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
         )
-        with self.core.lock:
-            self.core.sync()
-            if order is not None:  # resolved once, against the view just caught up
-                q = dataclasses.replace(q, order=self.core.positions(order))
-            return self.renderer.render(q, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
+
+        def attempt() -> Rendering:  # under the history's lock, just caught up
+            ordered = q if order is None else dataclasses.replace(q, order=self.core.positions(order))
+            return self.renderer.render(ordered, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
+
+        return self.core.render(attempt)
 
     async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:
         """The async twin of :meth:`render` (run in a worker thread: rendering is CPU work)."""

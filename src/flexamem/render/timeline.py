@@ -23,6 +23,16 @@ from flexamem.write.records import RecordWriter, RuleWriter
 GROUP = 4
 
 
+class MergeNeeded(Exception):  # noqa: N818 - a signal between the timeline and the history core, not an error
+    """A render needs a merged record that nobody stored yet, and the writer is a model: the caller
+    writes it outside the history's lock (:meth:`Timeline.write_merge`) and renders again, so no lock
+    is held while a model thinks. Never reaches users (``HistoryCore.render`` handles it)."""
+
+    def __init__(self, group: Sequence[Entry]) -> None:
+        super().__init__(f"a merged record of {group[0].first}..{group[-1].last} is needed")
+        self.group = tuple(group)
+
+
 @dataclass(frozen=True)
 class Entry:
     """One timeline line: a note's record (level 0) or a merged record over ``first..last``."""
@@ -97,26 +107,42 @@ class Timeline:
             self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
         stored = self._stored.get(key) or self.store.get_merged(self.history_id, first, last, level)
         if stored is None:  # nobody stored it yet: write it (another process may win the race: keep theirs)
-            texts = [self._text_of(e) for e in group]
-            read_only = self.store.read_only
-            writer = RuleWriter() if read_only and not isinstance(self.writer, RuleWriter) else self.writer
-            written = writer.merge_records(texts)
-            stored = MergedRecord(
-                first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
-            )
-            if not read_only:  # a reader that may not write keeps its rule-written merge in memory
-                calls = [dataclasses.replace(c, seq=last) for c in written.calls]
-                try:
-                    stored = self.store.put_merged(self.history_id, stored, calls, epoch=self.epoch())
-                    self.merges_written += 1
-                except HistoryDroppedError:
-                    pass  # dropped during this render: shown once, never stored under a later history
+            if not isinstance(self.writer, RuleWriter) and not self.store.read_only:
+                raise MergeNeeded(group)  # a model call: made by the caller, outside the history's lock
+            stored = self._write_merge(group)
         self._stored[key] = stored
         notes = self.history.notes
         line = fmt.merged_line(notes[first], notes[last], stored.text)
         entry = Entry(first, last, level, line, self.counter.count(line))
         self._merged[key] = entry
         return entry
+
+    def write_merge(self, group: Sequence[Entry]) -> None:
+        """Write (and store) the merged record a :class:`MergeNeeded` asked for; called without the
+        history's lock, so renders and writes of the history go on while the model writes it."""
+        if self._stored is None:
+            self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
+        self._stored[(group[0].first, group[-1].last, group[0].level + 1)] = self._write_merge(group)
+
+    def _write_merge(self, group: Sequence[Entry]) -> MergedRecord:
+        """A merged record of ``group`` by the writer, stored once (another process may have stored the
+        same span first: theirs is kept and returned)."""
+        first, last, level = group[0].first, group[-1].last, group[0].level + 1
+        texts = [self._text_of(e) for e in group]
+        read_only = self.store.read_only
+        writer = RuleWriter() if read_only and not isinstance(self.writer, RuleWriter) else self.writer
+        written = writer.merge_records(texts)
+        stored = MergedRecord(
+            first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
+        )
+        if not read_only:  # a reader that may not write keeps its rule-written merge in memory
+            calls = [dataclasses.replace(c, seq=last) for c in written.calls]
+            try:
+                stored = self.store.put_merged(self.history_id, stored, calls, epoch=self.epoch())
+                self.merges_written += 1
+            except HistoryDroppedError:
+                pass  # dropped meanwhile: shown once, never stored under a later history
+        return stored
 
     def restore(self, spans: Sequence[Sequence[int]], n: int) -> list[Entry]:
         """Entries for persisted merged spans ``(first, last, level)``, then records up to ``n``."""
