@@ -23,7 +23,7 @@ from flexamem.write.records import RecordWriter, RuleWriter
 GROUP = 4
 
 
-class MergeNeeded(Exception):  # noqa: N818 - a signal between the timeline and the history core, not an error
+class MergeNeeded(Exception):
     """A render needs a merged record that nobody stored yet, and the writer is a model: the caller
     writes it outside the history's lock (:meth:`Timeline.write_merge`) and renders again, so no lock
     is held while a model thinks. Never reaches users (``HistoryCore.render`` handles it)."""
