@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from flexamem.budget import check_budget
 from flexamem.chat import Message, chat_safe, shown_as_text, validate_messages
-from flexamem.core import HistoryCore, check_budget
+from flexamem.core import HistoryCore
 from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens

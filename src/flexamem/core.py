@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import numbers
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from flexamem import budget
 from flexamem.config import Settings
 from flexamem.errors import (
-    BudgetError,
     ConcurrentWriteError,
     DuplicateUnitError,
     HistoryDroppedError,
@@ -49,19 +48,6 @@ from flexamem.write.writer import NoteWriter
 WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
 
 Relabel = Callable[[History], Sequence[UnitDraft]]
-
-
-MAX_BUDGET = 100_000_000  # tokens: far above any model's context window; larger is a mistake
-
-
-def check_budget(budget: Any) -> int:
-    """``budget`` as a plain int (numpy integers accepted), or :class:`BudgetError`: a budget is a whole
-    number of tokens from 1 to ``MAX_BUDGET``."""
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
-        raise BudgetError(f"budget must be a whole number of tokens, got {budget!r}")
-    if not 0 < int(budget) <= MAX_BUDGET:
-        raise BudgetError(f"budget must be between 1 and {MAX_BUDGET:,} tokens, got {int(budget):,}")
-    return int(budget)
 
 
 class HistoryCore:
@@ -310,19 +296,8 @@ class HistoryCore:
         return await asyncio.to_thread(self.writer.write_records, drafts)
 
     # -- budgets and vectors ---------------------------------------------------------------------------
-    @staticmethod
-    def ceiling(budget: int) -> int:
-        """``floor(0.95 * B)``: the hard limit on the whole context."""
-        return (check_budget(budget) * 95) // 100
-
-    def allowance(self, budget: int, fixed_tokens: int) -> int:
-        allowance = self.ceiling(budget) - fixed_tokens
-        if allowance <= 0:
-            raise BudgetError(
-                f"budget {budget} leaves no room for memory: the fixed prompt takes {fixed_tokens} of the "
-                f"{self.ceiling(budget)} tokens allowed (0.95 * budget)"
-            )
-        return allowance
+    ceiling = staticmethod(budget.ceiling)
+    allowance = staticmethod(budget.allowance)
 
     def query_vector(self, text: str) -> np.ndarray:
         vector = self._query_vectors.get(text)

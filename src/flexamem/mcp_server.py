@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from flexamem.budget import budget_for
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.render.renderer import MODES
@@ -40,8 +41,8 @@ _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d{1,18})')
 
 
 def recall_budget(max_tokens: int, query_tokens: int) -> int:
-    """The render budget whose allowance (0.95 x budget less the query) is at most ``max_tokens``."""
-    return max(1, ((max_tokens + query_tokens) * 100) // 95)
+    """The render budget whose allowance (0.95 x budget less the query) is ``max_tokens``."""
+    return budget_for(max_tokens, query_tokens)
 
 
 def build_server(mem: Memory) -> Any:

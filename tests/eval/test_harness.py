@@ -75,7 +75,10 @@ def test_every_method_stays_in_budget_and_measures_make_sense(tmp_path: Path) ->
     assert all(r["within_budget"] for r in rows.values())
     assert rows[("full", 256)]["evidence_verbatim"] == 1.0 and rows[("full", 256)]["answer_contained"] == 1.0
     assert rows[("piece-retrieval", 256)]["evidence_verbatim"] == 1.0  # BM25 finds "passport"
-    assert rows[("timeline-only", 256)]["evidence_verbatim"] == 0.0 or rows[("timeline-only", 256)]["tokens"] < 230
+    timeline = rows[("timeline-only", 256)]  # records and merged records only: no raw text, no excerpts
+    assert timeline["composition"]["raw"] == timeline["composition"]["excerpts"] == 0
+    assert timeline["composition"]["records"] + timeline["composition"]["merged"] == timeline["tokens"] > 0
+    assert timeline["evidence_verbatim"] == 0.0
     assert rows[("truncation", 256)]["evidence_verbatim"] == 0.0  # the evidence is old
     results = summarise(tmp_path, resamples=200)
     names = {r["measure"] for r in results}

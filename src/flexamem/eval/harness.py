@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from flexamem.baselines.reader import BASELINE_METHODS
+from flexamem.budget import ceiling
 from flexamem.config import Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.eval.datasets import QAHistory, QAItem
@@ -89,7 +90,7 @@ def measure(
         "session_recall": len({_session_of(t) for t in verbatim}) / len(sessions),
         "answer_contained": float(answer_contained(text, item.answer)),
         "tokens": output.tokens,
-        "within_budget": (not output.budgeted) or prompt_tokens + output.tokens <= (budget * 95) // 100,
+        "within_budget": (not output.budgeted) or prompt_tokens + output.tokens <= ceiling(budget),
     }
 
 

@@ -18,7 +18,6 @@ Steps are measured only where memory is active (the full history would exceed ``
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from flexamem.budget import budget_for
 from flexamem.chat import Message
 from flexamem.config import Settings
 from flexamem.errors import InvalidInputError
@@ -336,7 +336,7 @@ def effective_budget(traj: Trajectory, budget: int, part: str, counter: Any) -> 
         return budget
     fixed = [{"role": "system", "content": traj.system}] if traj.system else []
     fixed.append({"role": "user", "content": traj.task})
-    return budget + math.ceil(messages_tokens(fixed, counter) / 0.95)
+    return budget + budget_for(0, messages_tokens(fixed, counter))
 
 
 def replay(

@@ -22,7 +22,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from flexamem.core import MAX_BUDGET
+from flexamem import __version__
+from flexamem.budget import MAX_BUDGET
 from flexamem.errors import (
     BudgetError,
     ConcurrentWriteError,
@@ -266,7 +267,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     memories = Memories(config.db)
     app = FastAPI(
         title="FlexA-Mem",
-        version="0.1.0",
+        version=__version__,
         description="A write-once memory for LLM agents and readers, rendered fresh under any token budget.",
     )
     app.state.memories = memories

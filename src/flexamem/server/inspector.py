@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
+from flexamem.budget import ceiling as budget_ceiling
 from flexamem.memory import Memory
 from flexamem.text import query_terms, stemmed
 
@@ -58,7 +59,7 @@ def _swatch(colour: str) -> str:
 def inspector_page(mem: Memory, history: str, query: str, budget: int, mode: str) -> str:
     """The HTML page of ``mem.render(query, budget, mode=mode)``."""
     r = mem.render(query, budget, mode=mode)
-    ceiling = (budget * 95) // 100
+    ceiling = budget_ceiling(budget)
     prompt = ceiling - r.allowance
     parts = [("prompt", prompt)] + [(k, v) for k, v in r.composition.items() if v > 0]
     used = prompt + sum(v for k, v in r.composition.items())
