@@ -40,7 +40,7 @@ from flexamem.core import HistoryCore
 from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens
-from flexamem.render.renderer import MODES, Query, RenderOptions
+from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.store.base import StepRow
 from flexamem.text import clean_text, query_terms
@@ -328,10 +328,7 @@ class AgentSession:
         memory's ranking rendered with the timeline and fit-or-degrade. A repeated call with no new
         step returns the same context without rendering again.
         """
-        if mode not in MODES:
-            raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-        if options is not None and not isinstance(options, RenderOptions):
-            raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
+        options = check_mode(mode, options)
         self._alive()
         with self.core.lock:  # resolved against the notes as just caught up with
             positions = self.core.positions(order) if order is not None else None

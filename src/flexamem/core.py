@@ -98,7 +98,13 @@ class HistoryCore:
         with self.lock:
             if self._renderer is None:
                 timeline = Timeline(
-                    self.history, self.store, self.history_id, self.writer, self.counter, epoch=lambda: self.epoch
+                    self.history,
+                    self.store,
+                    self.history_id,
+                    self.writer,
+                    self.counter,
+                    epoch=lambda: self.epoch,
+                    merged_words=self.settings.merged_words,
                 )
                 self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
             return self._renderer

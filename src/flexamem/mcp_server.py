@@ -26,7 +26,6 @@ from typing import Any
 from flexamem.budget import budget_for
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
-from flexamem.render.renderer import MODES
 
 INSTRUCTIONS = (
     "FlexA-Mem is a long-term memory. Call `remember` with what should be kept (verbatim), and `recall` "
@@ -86,8 +85,6 @@ def build_server(mem: Memory) -> Any:
     @clear
     def recall(query: str, max_tokens: int = 2000, mode: str = "auto") -> str:
         """What the memory holds about `query`, within `max_tokens` tokens (mode: auto, pieces or units)."""
-        if mode not in MODES:
-            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidInputError("max_tokens must be a positive whole number")
         if len(mem) == 0:

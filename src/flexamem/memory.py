@@ -28,7 +28,7 @@ from flexamem.core import HistoryCore, Relabel
 from flexamem.errors import DuplicateUnitError, InvalidInputError
 from flexamem.history import History
 from flexamem.notes import Note, Turn, UnitDraft
-from flexamem.render.renderer import MODES, Query, Renderer, RenderOptions
+from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
@@ -356,16 +356,13 @@ class Memory:
         ``order`` (unit ids or labels, most relevant first) replaces unit recovery's candidate order: another
         memory's search results rendered with fit-or-degrade (``mode="units"``; a plug-in).
         """
-        if mode not in MODES:
-            raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+        options = check_mode(mode, options)
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string (the question to render for), got {type(query).__name__}")
         if not query.strip():
             raise InvalidInputError("the query is empty")
         query = clean_text(query, "query")
         prompt = clean_text(prompt, "prompt", allow_empty=True)
-        if options is not None and not isinstance(options, RenderOptions):
-            raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
         if query_vector is not None:
             try:
                 query_vector = np.asarray(query_vector, dtype=np.float32)
@@ -383,7 +380,7 @@ class Memory:
 
         def attempt() -> Rendering:  # under the history's lock, just caught up
             ordered = q if order is None else dataclasses.replace(q, order=self.core.positions(order))
-            return self.renderer.render(ordered, allowance, mode, options or RenderOptions())  # type: ignore[arg-type]
+            return self.renderer.render(ordered, allowance, mode, options)  # type: ignore[arg-type]
 
         return self.core.render(attempt)
 

@@ -79,6 +79,16 @@ class RenderOptions:
 
 refuse_unknown_arguments(RenderOptions)
 
+
+def check_mode(mode: object, options: object) -> RenderOptions:
+    """The one check of a render's ``mode`` and ``options`` (readers and agents alike): the options to
+    use, or :class:`InvalidInputError`."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidInputError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if options is not None and not isinstance(options, RenderOptions):
+        raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
+    return options or RenderOptions()
+
 ABLATIONS: dict[str, RenderOptions] = {
     "full": RenderOptions(),
     "no-timeline": RenderOptions(timeline=False),

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from flexamem.config import Settings
 from flexamem.errors import HistoryDroppedError
 from flexamem.history import History
 from flexamem.render import format as fmt
@@ -68,7 +69,9 @@ class Timeline:
         counter: TokenCounter,
         *,
         epoch: Callable[[], str | None] = lambda: None,
+        merged_words: int = Settings.merged_words,
     ):
+        self.merged_words = merged_words  # the rule-written fallback's length (a reader that may not write)
         self.history = history
         self.epoch = epoch  # the history's epoch as its view last read it: merges are stored only under it
         self.store = store
@@ -130,7 +133,8 @@ class Timeline:
         first, last, level = group[0].first, group[-1].last, group[0].level + 1
         texts = [self._text_of(e) for e in group]
         read_only = self.store.read_only
-        writer = RuleWriter() if read_only and not isinstance(self.writer, RuleWriter) else self.writer
+        fallback = RuleWriter(merged_words=self.merged_words)
+        writer = fallback if read_only and not isinstance(self.writer, RuleWriter) else self.writer
         written = writer.merge_records(texts)
         stored = MergedRecord(
             first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged

@@ -19,12 +19,13 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from flexamem.config import Settings
 from flexamem.errors import LLMError
 from flexamem.llm.client import ChatModel, Completion, Message, parse_json_object
 from flexamem.notes import Fields, LLMCall, Record, UnitDraft
 from flexamem.text import cut_words
 from flexamem.tokens import TokenCounter, counter
-from flexamem.write.records import MERGED_WORDS, RECORD_WORDS, Progress, RuleWriter, write_in_order
+from flexamem.write.records import Progress, RuleWriter, write_in_order
 
 PROMPTS = Path(__file__).parent / "prompts"
 CUT_MARK = " …"
@@ -52,8 +53,8 @@ class LLMWriter:
         self,
         model: ChatModel,
         *,
-        record_words: int = RECORD_WORDS,
-        merged_words: int = MERGED_WORDS,
+        record_words: int = Settings.record_words,
+        merged_words: int = Settings.merged_words,
         ask_merged_words: int = 120,
         max_input_tokens: int = 3000,
         concurrency: int | None = None,

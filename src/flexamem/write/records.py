@@ -17,11 +17,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from flexamem.config import Settings
 from flexamem.notes import Fields, Record, UnitDraft
 from flexamem.text import STOP_WORDS, content_words, cut_words
-
-RECORD_WORDS = 80
-MERGED_WORDS = 150
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _NAME = re.compile(r"\b[A-Z][\w'’\-]*(?:\s+[A-Z][\w'’\-]*)*")
@@ -188,7 +186,9 @@ class RuleWriter:
 
     name = "rule"
 
-    def __init__(self, record_words: int = RECORD_WORDS, merged_words: int = MERGED_WORDS) -> None:
+    def __init__(
+        self, record_words: int = Settings.record_words, merged_words: int = Settings.merged_words
+    ) -> None:
         self.record_words = record_words
         self.merged_words = merged_words
 
