@@ -102,3 +102,39 @@ def test_a_session_stored_with_bad_messages_renders_them_as_text(tmp_path: Path)
     text = json.dumps(reopened.context().messages)
     assert "shown as text" in text
     reopened.step(action="after", observation="it works")  # the session goes on
+
+
+def test_the_error_contract_reproducers(tmp_path: Path) -> None:
+    """Issue 21's fuzz findings, one by one: each is a FlexaMemError now, and stores nothing."""
+    bad_opens: list[dict[str, Any]] = [
+        {"path": tmp_path / "a.db", "settings": object()},
+        {"path": str(tmp_path / ("x" * 300))},
+        {"path": "\udfff"},
+        {"path": str(tmp_path / "a\x00b.db")},
+        {"path": tmp_path / "a.db", "writer": "rule"},
+        {"path": tmp_path / "a.db", "read_only": "yes"},
+    ]
+    for kwargs in bad_opens:
+        with pytest.raises(fm.FlexaMemError):
+            fm.Memory(**kwargs)
+    mem = fm.Memory(tmp_path / "m.db")
+    for i in range(3):
+        mem.add_session([{"speaker": "A", "text": f"note {i}"}], session_id=f"s{i}")
+    with pytest.raises(fm.InvalidInputError):
+        mem.add_sessions(None)  # type: ignore[arg-type]
+    for label in ("u²", "u٣", "u0", "u4", "u" + "9" * 30):
+        with pytest.raises(fm.InvalidInputError):
+            mem.note(label)
+    assert mem.note("u3").unit_id == "s2"
+    for kwargs in ({"timeline": "no"}, {"candidates": ["random"]}, {"nonsense": True}):
+        with pytest.raises(fm.InvalidInputError):
+            fm.RenderOptions(**kwargs)
+    agent = mem.agent(task="t", budget=500, session_id="a")
+    agent.step(action="a", observation="b")
+    for order in (1.5, "u1", [1.5], ["nope"]):
+        with pytest.raises(fm.InvalidInputError):
+            agent.context(order=order)  # type: ignore[arg-type]
+    for mode in ([], "fast", None):
+        with pytest.raises(fm.InvalidInputError):
+            mem.render("note", 500, mode=mode)  # type: ignore[arg-type]
+    assert len(mem) == 3 and mem.verify() == []
