@@ -58,12 +58,15 @@ def test_two_memories_share_one_truth(store_path: str, tenant: str) -> None:
 
 def test_write_once_holds_even_through_raw_sql(store_path: str, tenant: str) -> None:
     mem = fm.Memory(store_path, history=tenant)
-    sessions(mem, 2)
+    sessions(mem, 12)
     mem.agent(task="t", budget=900, session_id="s").step(action="a", observation="o")
-    for table in ("notes", "pieces", "links", "steps"):
+    mem.render("parcel", budget=300, mode="units")  # merged records to tamper with
+    for table in ("notes", "pieces", "piece_vectors", "links", "merged", "steps"):  # every write-once table
         hid = f"{tenant}/agent:s" if table == "steps" else tenant
         assert refused(store_path, f"DELETE FROM {table} WHERE history_id = '{hid}'"), table
+        assert refused(store_path, f"UPDATE {table} SET history_id = 'moved' WHERE history_id = '{hid}'"), table
     assert refused(store_path, f"UPDATE notes SET raw = 'changed' WHERE history_id = '{tenant}'")
+    assert refused(store_path, f"DELETE FROM histories WHERE id = '{tenant}'")
     assert refused(store_path, f"UPDATE histories SET meta = '{{}}' WHERE id = '{tenant}/agent:s'")
     assert fm.Memory(store_path, history=tenant).notes()[0].raw.startswith("Ana: Session 0")
 
