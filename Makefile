@@ -25,6 +25,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_layers.py
 
 unit: setup
 	$(PY) -m pytest -q -m "not integration"

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from flexamem.cli import main as flexamem
-from flexamem.eval.conversation_data import default_path
 from flexamem.llm.local import LocalServer, local_model_path
+from flexamem_bench.conversation_data import default_path
 
 TRAJECTORY_METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery"
 METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery,piece-recovery,unit-retrieval"

@@ -19,13 +19,13 @@ import time
 from statistics import mean
 
 import flexamem as fm
-from flexamem.eval.conversation_data import default_path
-from flexamem.eval.datasets import locomo_histories
-from flexamem.eval.harness import _context, _turn_pieces, measure
-from flexamem.eval.methods import METHODS
-from flexamem.eval.reader import READER_PROMPT
 from flexamem.llm.local import LocalServer, local_model_path
 from flexamem.write.units import cut_session, parse_turns
+from flexamem_bench.conversation_data import default_path
+from flexamem_bench.datasets import locomo_histories
+from flexamem_bench.harness import _context, _turn_pieces, measure
+from flexamem_bench.methods import METHODS
+from flexamem_bench.reader import READER_PROMPT
 
 BUDGETS = (2048, 4096, 8192)
 METHOD_NAMES = ("piece-recovery", "unit-recovery")

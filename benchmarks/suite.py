@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 import flexamem as fm
-from flexamem.eval.conversation_data import Conversation, default_path, load_locomo
-from flexamem.eval.trajectories import load_trajectories
 from flexamem.text import content_words
-from flexamem.write.embed import default_embedder
+from flexamem.write.default_embed import default_embedder
+from flexamem_bench.conversation_data import Conversation, default_path, load_locomo
+from flexamem_bench.trajectories import load_trajectories
 
 CACHE = Path(os.environ.get("FLEXAMEM_BENCH_CACHE", Path.home() / ".cache" / "flexamem" / "bench"))
 TRAJECTORIES = "agent_trajectories/tau_bench/gpt-4o-airline-dev.json"
@@ -192,7 +192,7 @@ def render_size(conversations: list[Conversation], size: int, questions: list[st
     opened = json.loads(probe.stdout.strip().splitlines()[-1])
     mem = fm.Memory(path, read_only=True)
     pieces = [p.text for n in mem.notes() for p in n.pieces]
-    embed_ms, vectors = timed(lambda: [mem.query_vector(q) for q in questions])
+    embed_ms, vectors = timed(lambda: [mem.embedder.embed([q])[0] for q in questions])
     print(
         f"### ~{size:,} tokens: {info['tokens']:,} tokens, {info['units']:,} units, {len(pieces):,} pieces "
         f"(built at {info['tokens'] / info['build_s']:,.0f} tokens/s, no piece vectors)\n"

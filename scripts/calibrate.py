@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import flexamem as fm
-from flexamem.eval.conversation_data import default_path, load_locomo
-from flexamem.eval.measures import evidence_verbatim
+from flexamem_bench.conversation_data import default_path, load_locomo
+from flexamem_bench.measures import evidence_verbatim
 
 BUDGETS = (2048, 4096, 8192)
 GRID = {

@@ -372,7 +372,7 @@ class AgentSession:
         if allowance <= 0:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
-            return self._cut_newest(fixed, ceiling, first)
+            return self.cut_newest(fixed, ceiling, first)
         rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=positions)
         messages = list(fixed)
         if rendering.text:
@@ -458,7 +458,7 @@ class AgentSession:
         """``auto``: the newest unit alone does not fit. It is cut to leave ``rho`` of the room to a
         memory of the past units (merged further for this call only), so the agent keeps its trace."""
         reserve = int(self.core.settings.rho * (ceiling - p)) - overhead
-        cut = self._cut_newest(fixed, ceiling - reserve - overhead, first)
+        cut = self.cut_newest(fixed, ceiling - reserve - overhead, first)
         if reserve <= 0:
             return dataclasses.replace(cut, ceiling=ceiling)
         rendering = self._render(reserve, reserve, first, options, "auto", keep_spans=False)
@@ -468,10 +468,10 @@ class AgentSession:
         messages += cut.messages[len(fixed) :]
         tokens = messages_tokens(messages, self.counter)
         if tokens > ceiling:  # cannot happen by construction; the plain cut is the safe answer
-            return self._cut_newest(fixed, ceiling, first)
+            return self.cut_newest(fixed, ceiling, first)
         return AgentContext(messages, tokens, ceiling, rendering, False, cut.window_units, cut=True, notes=first)
 
-    def _cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:
+    def cut_newest(self, fixed: list[Message], ceiling: int, first: int) -> AgentContext:
         """The newest unit alone does not fit: cut its longest part (a message's text or a tool call's
         arguments) with a visible mark, again until it fits; when nothing is left to cut, the oldest
         message goes. Tool calls and replies stay paired (what breaks a pair becomes text)."""

@@ -6,51 +6,20 @@ Plain argparse (no extra dependency); every command works offline on the embedde
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import importlib
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.cli_llm import (
     add_commands,
-    add_writer_arguments,
-    baseline_model_from_args,
-    reader_from_args,
-    writer_from_args,
 )
-from flexamem.cli_store import add_store_commands, progress_bar
+from flexamem.cli_store import add_store_commands, print_note
 from flexamem.errors import FlexaMemError, InvalidInputError
-from flexamem.eval.replay import AGENT_AUTO_ABLATIONS
 from flexamem.memory import Memory
-from flexamem.notes import Note
-from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem.render.result import Rendering
-from flexamem.tokens import counter
-
-
-def print_note(note: Note, out: list[str]) -> None:
-    head = f"[{note.unit_id} · {note.date or note.kind}] tokens raw={note.raw_tokens} record={note.record_tokens}"
-    out.append(head)
-    out.append(f"  record:   {note.record}")
-    out.append(f"  keywords: {', '.join(note.fields.keywords)}")
-    out.append(
-        f"  links:    {', '.join(str(s) for s in note.links) or '-'}   pieces: {len(note.pieces)}"
-        f"   writer: {note.writer}{' (flagged)' if note.flagged else ''}"
-    )
-
-
-QA_METHODS = (
-    "auto,unit-recovery,piece-recovery,piece-retrieval,unit-retrieval,dense-turns,hybrid-turns,truncation,"
-    "timeline-only,full"
-)
-AGENT_METHODS = (
-    "auto,unit-recovery,piece-recovery,timeline-only,truncation,masking,masking-rule-log,piece-retrieval,"
-    "unit-retrieval,dense-retrieval,hybrid-retrieval"
-)
-
 
 DEMO_QUESTION = "Which card should the hotel refund go to?"
 DEMO_BUDGET = 260
@@ -122,230 +91,38 @@ def _explain(mem: Memory, r: Rendering) -> list[str]:
     return out
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from flexamem.config import Settings
-    from flexamem.eval.conversation_data import load_locomo
-
-    conversations = load_locomo(args.data)
-    missing = sorted(set(args.sample or ()) - {c.sample_id for c in conversations})
-    if missing:
-        known = ", ".join(c.sample_id for c in conversations[:8])
-        raise InvalidInputError(f"no conversation {', '.join(missing)} in {args.data} (there: {known}...)")
-    settings = Settings(one_unit_per_session=True)
-    writer = writer_from_args(args)
-    for conv in conversations:
-        if args.sample and conv.sample_id not in args.sample:
-            continue
-        with Memory(args.db, history=conv.sample_id, settings=settings, writer=writer) as mem:
-            start = time.perf_counter()
-            done = {n.session_id for n in mem.history.notes}
-            todo = [
-                {"turns": s.turns, "session_id": s.session_id, "date": s.date}
-                for s in conv.sessions
-                if s.session_id not in done
-            ]
-            mem.add_sessions(todo, progress=progress_bar(conv.sample_id) if not args.quiet and todo else None)
-            print(
-                f"{conv.sample_id}: {len(mem)} notes, {mem.history.pieces_count} pieces "
-                f"({time.perf_counter() - start:.2f} s)"
-            )
-    return 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from flexamem.eval.datasets import locomo_histories, longmemeval_histories
-    from flexamem.eval.harness import MEASURES, load_rows, run, summarise
-    from flexamem.eval.plots import plot_composition, plot_measures
-
-    if args.dataset == "trajectories":
-        return cmd_eval_trajectories(args)
-    out = Path(args.out)
-    budgets = [int(b) for b in (args.budgets or "2048,4096,8192").split(",")]
-    methods = [m.strip() for m in (args.methods or QA_METHODS).split(",") if m.strip()]
-    if args.dataset == "locomo":
-        categories = tuple(int(c) for c in args.categories.split(","))
-        histories = locomo_histories(args.data, categories)
-    else:
-        histories = longmemeval_histories(args.data)
-    by_group = args.ci_over == "conversations"
-    if args.limit:
-        histories = histories[: args.limit]
-    if args.questions:
-        histories = [dataclasses.replace(h, questions=h.questions[: args.questions]) for h in histories]
-    problems = [p for h in histories for p in h.problems]
-    for p in problems:
-        print(f"flexamem: skipped {p}", file=sys.stderr)
-    writer, reader = writer_from_args(args), reader_from_args(args)
-    baseline_model = baseline_model_from_args(args, methods)
-    run(
-        histories, methods, budgets, out, progress=not args.quiet, writer=writer, reader=reader,
-        baseline_model=baseline_model, keep=Path(args.keep) if args.keep else None,
-    )  # fmt: skip
-    results = summarise(out, by_group=by_group, resamples=args.resamples)
-    try:
-        plot_measures(results, out, MEASURES)
-        plot_composition(load_rows(out), out, ("unit-recovery", "piece-recovery"))
-    except FlexaMemError as exc:
-        print(f"flexamem: no plots: {exc}", file=sys.stderr)
-    print((out / "results.md").read_text())
-    print(f"{len(problems)} item(s) skipped; outputs in {out}")
-    return 0
-
-
-def cmd_eval_trajectories(args: argparse.Namespace) -> int:
-    from flexamem.eval.agent_harness import AGENT_MEASURES, run_trajectories, summarise_trajectories
-    from flexamem.eval.harness import load_rows
-    from flexamem.eval.plots import plot_composition, plot_measures
-    from flexamem.eval.trajectories import load_trajectories
-
-    out = Path(args.out)
-    trajs = load_trajectories(args.data, args.format)
-    if args.limit:
-        trajs = trajs[: args.limit]
-    methods = [m.strip() for m in (args.methods or AGENT_METHODS).split(",") if m.strip()]
-    budgets = [int(b) for b in (args.budgets or "2048,3072,4096").split(",")]
-    model = baseline_model_from_args(args, methods)
-    run_trajectories(trajs, methods, budgets, out, part=args.budget_part, progress=not args.quiet, baseline_model=model)
-    summarise_trajectories(out, resamples=args.resamples)
-    import json
-
-    try:
-        plot_measures(json.loads((out / "results.json").read_text()), out, AGENT_MEASURES)
-        plot_composition(load_rows(out), out, ("unit-recovery", "piece-recovery"))
-    except FlexaMemError as exc:
-        print(f"flexamem: no plots: {exc}", file=sys.stderr)
-    print((out / "results.md").read_text())
-    problems = sum(len(t.problems) for t in trajs)
-    print(f"{len(trajs)} trajectories, {problems} problem(s) reported in errors.jsonl; outputs in {out}")
-    return 0
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from flexamem.eval.replay import effective_budget, replay
-    from flexamem.eval.trajectories import load_trajectories
-
-    trajs = load_trajectories(args.file, args.format)
-    traj = next((t for t in trajs if t.traj_id == args.trajectory), None) if args.trajectory else trajs[0]
-    if traj is None:
-        raise InvalidInputError(f"no trajectory {args.trajectory!r}; first ids: {[t.traj_id for t in trajs[:5]]}")
-    if not 1 <= args.step < len(traj.steps) + 1:
-        raise InvalidInputError(f"step must be 1..{len(traj.steps)} for {traj.traj_id}")
-    budget = effective_budget(traj, args.budget, args.budget_part, counter())
-    for t, ctx, m, _ in replay(traj, args.method, budget):
-        if t == args.step - 1:
-            if ctx is not None:
-                messages = ctx.messages
-            else:  # memory is off: the history passes through unchanged
-                messages = m.session.fixed_messages() + m.session.step_messages(range(len(m.session.steps)))
-            print(f"# {traj.traj_id}: context before step {args.step} ({args.method}, budget {budget})")
-            for msg in messages:
-                print(f"[{msg.get('role')}] {msg.get('content') or ''}")
-                if msg.get("tool_calls"):
-                    print(f"  tool_calls: {msg['tool_calls']}")
-            return 0
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flexamem", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="ingest a small built-in history and print its notes")
     p.add_argument("--db", help="SQLite file to write (default: a new temporary file)")
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("ingest", help="ingest LoCoMo conversations (one unit per session)")
-    p.add_argument("--data", required=True, help="path to a LoCoMo JSON file")
-    p.add_argument("--db", required=True, help="SQLite file; one history per conversation")
-    p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no progress")
-    add_writer_arguments(p)
-    p.set_defaults(func=cmd_ingest)
-    p = sub.add_parser(
-        "eval",
-        help="fact recall on conversations, or agent memory on trajectories",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="methods by dataset (--methods):\n"
-        f"  locomo, longmemeval: {QA_METHODS.replace(',', ', ')}\n"
-        f"  trajectories:        {AGENT_METHODS.replace(',', ', ')}\n"
-        f"  LLM-built baselines (every dataset; an endpoint or --stand-in): {', '.join(BASELINE_METHODS)}",
-    )
-    p.add_argument("dataset", choices=["locomo", "longmemeval", "trajectories"])
-    p.add_argument("--data", required=True, help="path to the data file")
-    p.add_argument("--budgets", help="default: 2048,4096,8192 (trajectories: 2048,3072,4096)")
-    p.add_argument(
-        "--methods",
-        help=f"default: {QA_METHODS} (trajectories: {AGENT_METHODS}); LLM-built baselines (every "
-        f"dataset; they need an endpoint or --stand-in): {','.join(BASELINE_METHODS)}; auto's ablations: "
-        + ",".join(n for n in AUTO_ABLATIONS if n != "auto")
-        + " (trajectories: "
-        + ",".join(n for n in AGENT_AUTO_ABLATIONS if n != "auto")
-        + ")",
-    )
-    p.add_argument(
-        "--format",
-        default="auto",
-        choices=["auto", "tau", "tau2", "openai", "mini-swe-agent", "swe-agent"],
-        help="trajectories: the file format",
-    )
-    p.add_argument(
-        "--budget-part",
-        choices=["context", "history"],
-        default="context",
-        help="trajectories: 'context' = the budget holds policy + task + history; 'history' = the budget "
-        "is for the history, the fixed prompt comes on top",
-    )
-    p.add_argument("--out", required=True, help="results folder (a rerun resumes what is there)")
-    p.add_argument(
-        "--categories",
-        default="1,2,3,4",
-        help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial)",
-    )
-    p.add_argument("--limit", type=int, default=0, help="only the first N histories")
-    p.add_argument("--questions", type=int, default=0, help="locomo/longmemeval: only the first N questions of each")
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument(
-        "--ci-over", choices=["questions", "conversations"], default="questions", help="what the bootstrap resamples"
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--keep",
-        help="locomo/longmemeval: a folder where each history is stored once (SQLite, and the turn baselines' "
-        "vectors); a later run with other methods or budgets ingests nothing",
-    )
-    p.add_argument(
-        "--reader",
-        action="store_true",
-        help="locomo/longmemeval: also answer each question with the configured LLM and judge it (accuracy)",
-    )
-    p.add_argument(
-        "--protocol",
-        choices=["project", "longmemeval"],
-        help="--reader: the reading and judging prompts (default: longmemeval's protocol for longmemeval, "
-        "the project's for locomo; docs/EVALUATION.md)",
-    )
-    p.add_argument(
-        "--stand-in",
-        action="store_true",
-        help="build the LLM-built baselines with the deterministic stand-in model (tests; no endpoint)",
-    )
-    add_writer_arguments(p, default="rule")
-    p.set_defaults(func=cmd_eval)
-    p = sub.add_parser("replay", help="print the context an agent would have seen before step N")
-    p.add_argument("file")
-    p.add_argument("--format", default="auto", choices=["auto", "tau", "tau2", "openai", "mini-swe-agent", "swe-agent"])
-    p.add_argument("--trajectory", help="trajectory id (default: the first)")
-    p.add_argument("--step", type=int, required=True)
-    p.add_argument("--budget", type=int, required=True)
-    p.add_argument("--budget-part", choices=["context", "history"], default="context")
-    p.add_argument(
-        "--method",
-        default="auto",
-        choices=sorted(set(AGENT_METHODS.split(",")) | set(AGENT_AUTO_ABLATIONS)),
-        help="the memory whose context is printed (default: auto)",
-    )
-    p.set_defaults(func=cmd_replay)
     add_store_commands(sub)
     add_commands(sub)
+    add_bench_verbs(sub)
     return parser
+
+
+BENCH_VERBS = ("ingest", "eval", "replay")
+
+
+def add_bench_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The bench's verbs (``ingest``, ``eval``, ``replay``) when it is installed; otherwise verbs that say
+    how to get it. The product never imports the bench: it is found by name, as a plug-in."""
+    try:
+        bench = importlib.import_module("flexamem_bench.cli")
+    except ImportError as exc:
+        why = str(exc)
+
+        def missing(args: argparse.Namespace) -> int:
+            raise InvalidInputError(f"'flexamem {args.command}' needs the evaluation bench (flexamem_bench): {why}")
+
+        for verb in BENCH_VERBS:
+            p = sub.add_parser(verb, help="(needs the evaluation bench, flexamem_bench)", add_help=False)
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            p.set_defaults(func=missing)
+        return
+    bench.add_bench_commands(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

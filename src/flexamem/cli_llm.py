@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flexamem.errors import InvalidInputError
@@ -18,7 +17,6 @@ from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.records import RecordWriter, RuleWriter
 
 if TYPE_CHECKING:
-    from flexamem.eval.reader import LLMReader
     from flexamem.llm.client import ChatModel
 
 
@@ -55,30 +53,6 @@ def required_model(args: argparse.Namespace, who: str, alternative: str = "") ->
         )
     print(f"flexamem: {who}: {config!r}", file=sys.stderr)
     return config.client()
-
-
-def reader_from_args(args: argparse.Namespace) -> LLMReader | None:
-    """The LLM reader and judge of ``eval --reader`` (the configured endpoint is required)."""
-    if not getattr(args, "reader", False):
-        return None
-    from flexamem.eval.reader import LLMReader
-
-    protocol = getattr(args, "protocol", None) or ("longmemeval" if args.dataset == "longmemeval" else "project")
-    return LLMReader(required_model(args, "--reader (the reader and judge)"), protocol=protocol)
-
-
-def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -> ChatModel | None:
-    """The model that builds the LLM-built baselines: the stand-in (``--stand-in``), or the endpoint."""
-    from flexamem.baselines.reader import BASELINE_METHODS
-
-    wanted = sorted(set(methods) & set(BASELINE_METHODS))
-    if not wanted:
-        return None
-    if args.stand_in:
-        from flexamem.baselines import StandInModel
-
-        return StandInModel()
-    return required_model(args, f"the LLM-built baselines {wanted}", ", or --stand-in")
 
 
 def cmd_flagged(args: argparse.Namespace) -> int:

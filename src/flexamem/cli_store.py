@@ -17,8 +17,19 @@ from typing import Any, TextIO
 
 from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory
-from flexamem.notes import note_json
+from flexamem.notes import Note, note_json
 from flexamem.render.renderer import MODES
+
+
+def print_note(note: Note, out: list[str]) -> None:
+    head = f"[{note.unit_id} · {note.date or note.kind}] tokens raw={note.raw_tokens} record={note.record_tokens}"
+    out.append(head)
+    out.append(f"  record:   {note.record}")
+    out.append(f"  keywords: {', '.join(note.fields.keywords)}")
+    out.append(
+        f"  links:    {', '.join(str(s) for s in note.links) or '-'}   pieces: {len(note.pieces)}"
+        f"   writer: {note.writer}{' (flagged)' if note.flagged else ''}"
+    )
 
 
 def progress_bar(label: str, stream: TextIO | None = None) -> Callable[[int, int], None]:
@@ -176,8 +187,6 @@ def cmd_histories(args: argparse.Namespace) -> int:
 
 
 def cmd_notes(args: argparse.Namespace) -> int:
-    from flexamem.cli import print_note
-
     with Memory(_db(args), history=args.history, read_only=True) as mem:
         notes = mem.notes()
     lines: list[str] = []

@@ -41,7 +41,8 @@ from flexamem.render.timeline import MergeNeeded, Timeline
 from flexamem.store.base import StepRow, Store
 from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
-from flexamem.write.embed import Embedder, default_embedder
+from flexamem.write.default_embed import default_embedder
+from flexamem.write.embed import Embedder
 from flexamem.write.records import AsyncRecordWriter, RecordWriter
 from flexamem.write.writer import NoteWriter
 
@@ -313,10 +314,6 @@ class HistoryCore:
                 self._query_vectors.clear()
             self._query_vectors[text] = vector
         return vector
-
-    def cache_query_vectors(self, vectors: Mapping[str, np.ndarray]) -> None:
-        """Vectors of queries embedded in a batch beforehand (an evaluation embeds all its questions)."""
-        self._query_vectors.update(vectors)
 
     def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
         """Embeddings of pieces (by BM25 doc id): those written with the notes, else computed when

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flexamem.budget import allowance as budget_allowance
 from flexamem.chat import message_turn
 from flexamem.config import Settings
 from flexamem.core import HistoryCore, Relabel
@@ -370,12 +371,12 @@ class Memory:
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} numbers: {exc}") from None
             if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
-        allowance = self.allowance(budget, self.counter.count(prompt) + self.counter.count(query))
+        allowance = budget_allowance(budget, self.counter.count(prompt) + self.counter.count(query))
         q = Query(
             text=query,
             terms=query_terms(query),
             excerpt_terms=query_terms(query),
-            vector=(lambda: query_vector) if query_vector is not None else (lambda: self.query_vector(query)),
+            vector=(lambda: query_vector) if query_vector is not None else (lambda: self.core.query_vector(query)),
         )
 
         def attempt() -> Rendering:  # under the history's lock, just caught up
@@ -405,18 +406,7 @@ class Memory:
         from flexamem.agent import AgentSession
 
         def factory(history_id: str) -> HistoryCore:
-            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core._embedder)
+            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core.embedder)
 
         prefix = self._session_prefix.removesuffix("agent:")
         return AgentSession.open(factory, prefix, task=task, budget=budget, system=system, session_id=session_id)
-
-    ceiling = staticmethod(HistoryCore.ceiling)
-
-    def allowance(self, budget: int, fixed_tokens: int) -> int:
-        return self.core.allowance(budget, fixed_tokens)
-
-    def query_vector(self, text: str) -> np.ndarray:
-        return self.core.query_vector(text)
-
-    def piece_vectors(self, docs: Sequence[int]) -> np.ndarray:
-        return self.core.piece_vectors(docs)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.baselines.reader import BASELINE_METHODS
-from flexamem.eval.methods import MethodContext
-from flexamem.eval.reader import READER_PROMPT
+from flexamem import budget as fm_budget
 from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+from flexamem_bench.baselines.reader import BASELINE_METHODS
+from flexamem_bench.methods import MethodContext
+from flexamem_bench.reader import READER_PROMPT
 
 WHY_NOT = local_server_available()
 REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
@@ -39,7 +40,7 @@ def test_every_baseline_with_the_local_model(server: LocalServer, tmp_path: Path
     for name, method in BASELINE_METHODS.items():
         for budget in (300, 1200):
             out = method(ctx, question, budget)
-            allowance = mem.allowance(budget, mem.counter.count(READER_PROMPT) + mem.counter.count(question))
+            allowance = fm_budget.allowance(budget, mem.counter.count(READER_PROMPT) + mem.counter.count(question))
             schemas = out.composition.get("tool schemas", 0)  # Sculptor's tools sit in the context too
             assert out.tokens == mem.counter.count(out.text) + schemas <= allowance, name
         billed = out.llm_tokens["read"] if name == "sculptor" else out.llm_tokens["build"]  # Sculptor builds nothing

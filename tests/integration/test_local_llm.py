@@ -103,9 +103,9 @@ def test_a_real_model_writes_agent_records_and_merged_records(server: LocalServe
 
 
 def test_a_real_model_reads_and_judges(server: LocalServer, tmp_path: Path) -> None:
-    from flexamem.eval.harness import load_rows, run
-    from flexamem.eval.reader import LLMReader
-    from tests.eval.test_harness import tiny_history
+    from flexamem_bench.harness import load_rows, run
+    from flexamem_bench.reader import LLMReader
+    from tests.bench.test_harness import tiny_history
 
     reader = LLMReader(llm(server, tmp_path / "cache.sqlite"), answer_tokens=120)
     run([tiny_history()], ["piece-recovery"], [1024], tmp_path / "out", progress=False, reader=reader)
@@ -155,9 +155,9 @@ def test_the_built_wheel_is_portable() -> None:
 def test_a_real_model_reads_longmemeval_by_its_protocol(server: LocalServer, tmp_path: Path) -> None:
     """The plumbing of LongMemEval's accuracy protocol on one real dev question: the question date and
     the chain-of-note prompt reach the model, the judge of the question's type answers yes or no."""
-    from flexamem.eval.datasets import longmemeval_histories
-    from flexamem.eval.harness import load_rows, run
-    from flexamem.eval.reader import LLMReader
+    from flexamem_bench.datasets import longmemeval_histories
+    from flexamem_bench.harness import load_rows, run
+    from flexamem_bench.reader import LLMReader
     from tests.conftest import data_root
 
     path = data_root() / "longmemeval" / "longmemeval-s-dev.json"

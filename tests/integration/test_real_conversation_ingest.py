@@ -5,7 +5,7 @@ import time
 import pytest
 
 import flexamem as fm
-from flexamem.eval.conversation_data import load_locomo
+from flexamem_bench.conversation_data import load_locomo
 
 from ..conftest import data_root
 

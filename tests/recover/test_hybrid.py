@@ -41,7 +41,7 @@ def history_mem(tmp_path: Path | None = None, **settings: object) -> fm.Memory:
 def test_stemmed_bm25_matches_other_word_forms() -> None:
     mem = history_mem()
     h = mem.history
-    qv = mem.query_vector("refunds")
+    qv = mem.embedder.embed(["refunds"])[0]
     plain = hybrid_scores(h, ["refunds"], lambda: qv, len(h), alpha=1.0, stemmed=False)
     stem = hybrid_scores(h, stemmed(["refunds"]), lambda: qv, len(h), alpha=1.0, stemmed=True)
     assert plain.max() == 0  # "refunds" is not a word of the history
@@ -51,7 +51,7 @@ def test_stemmed_bm25_matches_other_word_forms() -> None:
 def test_scores_fuse_normalised_bm25_with_piece_cosines() -> None:
     mem = history_mem()
     h = mem.history
-    qv = mem.query_vector("Visa card refund")
+    qv = mem.embedder.embed(["Visa card refund"])[0]
     terms = stemmed(content_words("Visa card refund"))
     dense = hybrid_scores(h, terms, lambda: qv, len(h), alpha=0.0)
     assert np.allclose(dense, h.piece_matrix @ qv)
@@ -215,7 +215,7 @@ def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_fla
     mem = history_mem()
     h = mem.history
     starts = np.flatnonzero(h.doc_arrays()[1])
-    qv = mem.query_vector("x")
+    qv = mem.embedder.embed(["x"])[0]
     # one turn stands out lexically (flat ~ 0.1 over the 6 turns): the full BM25 weight is kept
     bm, cos = hybrid_parts(h, stemmed(["4417"]), lambda: qv, len(h), dense=True)
     assert cos is not None

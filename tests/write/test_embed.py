@@ -3,7 +3,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flexamem.write.embed import Embedder, default_embedder
+from flexamem.write.default_embed import default_embedder
+from flexamem.write.embed import Embedder
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "minilm_reference.json"
 

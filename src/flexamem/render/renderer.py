@@ -89,6 +89,7 @@ def check_mode(mode: object, options: object) -> RenderOptions:
         raise InvalidInputError(f"options must be RenderOptions, got {type(options).__name__}")
     return options or RenderOptions()
 
+
 ABLATIONS: dict[str, RenderOptions] = {
     "full": RenderOptions(),
     "no-timeline": RenderOptions(timeline=False),

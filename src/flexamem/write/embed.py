@@ -14,7 +14,6 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -229,28 +228,3 @@ class MiniLMEmbedder:
         pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
-
-
-_lock = threading.Lock()
-
-
-@lru_cache(maxsize=1)
-def _shared() -> Embedder:
-    with _lock:
-        choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
-        if choice in ("auto", "onnx"):
-            try:
-                from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
-
-                return OnnxMiniLMEmbedder()
-            except ImportError:
-                if choice == "onnx":
-                    raise ModelUnavailableError("FLEXAMEM_EMBEDDER=onnx needs: pip install 'flexamem[onnx]'") from None
-        return MiniLMEmbedder()
-
-
-def default_embedder() -> Embedder:
-    """The process-wide MiniLM embedder (weights loaded once): onnxruntime when the ``onnx`` extra is
-    installed (ingest 1.3-2.2x faster, the same vectors to ~1e-6), else the numpy forward pass.
-    ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one."""
-    return _shared()

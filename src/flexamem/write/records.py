@@ -186,9 +186,7 @@ class RuleWriter:
 
     name = "rule"
 
-    def __init__(
-        self, record_words: int = Settings.record_words, merged_words: int = Settings.merged_words
-    ) -> None:
+    def __init__(self, record_words: int = Settings.record_words, merged_words: int = Settings.merged_words) -> None:
         self.record_words = record_words
         self.merged_words = merged_words
 

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.cli import main
+from flexamem_bench.baselines.reader import BASELINE_METHODS
 from tests.test_cli import _locomo
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flexamem.baselines.ledger import Ledger
-from flexamem.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
-from flexamem.baselines.sculptor import Fragments, manage, with_tools
 from flexamem.errors import InvalidInputError
-from flexamem.eval.methods import MethodContext, Output, _fit, _raw_units
+from flexamem_bench.baselines.ledger import Ledger
+from flexamem_bench.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
+from flexamem_bench.baselines.sculptor import Fragments, manage, with_tools
+from flexamem_bench.methods import MethodContext, Output, fit_units, raw_units
 
 SUMMARY_WORDS = 400  # the running summary's length (guess; cut to its share of the allowance at read time)
 SUMMARY_SHARE = 0.5  # readers: the summary takes half the allowance and lends what it does not use
@@ -42,11 +42,6 @@ def _built(ctx: MethodContext, name: str, make: Callable[[Ledger], Any]) -> tupl
     return ctx.extra[name], int(ctx.extra[f"{name}:tokens"])  # type: ignore[call-overload]
 
 
-def _allowance(ctx: MethodContext, question: str, budget: int) -> int:
-    counter = ctx.mem.counter
-    return ctx.mem.allowance(budget, counter.count(ctx.prompt) + counter.count(question))
-
-
 def _amem(ctx: MethodContext) -> tuple[AMem, int]:
     return _built(ctx, "amem", lambda ledger: AMem(ctx.mem.embedder).build(ctx.mem.notes(), ledger))
 
@@ -64,8 +59,8 @@ def _fits(ctx: MethodContext, lines: list[str], allowance: int) -> Output:
 def a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
     """A-Mem: raw notes taken in its search order while they fit, shown in time order."""
     amem, cost = _amem(ctx)
-    order = amem.order(ctx.mem.query_vector(question), ctx.spans())
-    out = _raw_units(ctx, _fit(ctx, order, _allowance(ctx, question, budget)))
+    order = amem.order(ctx.query_vector(question), ctx.spans())
+    out = raw_units(ctx, fit_units(ctx, order, ctx.allowance(budget, question)))
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": 0})
 
 
@@ -73,7 +68,7 @@ def a_mem_fod(ctx: MethodContext, question: str, budget: int) -> Output:
     """A-Mem's search order rendered by FlexA-Mem's unit recovery (timeline + fit-or-degrade)."""
     amem, cost = _amem(ctx)
     notes = ctx.mem.notes()
-    order = [notes[s].unit_id for s in amem.order(ctx.mem.query_vector(question), ctx.spans())]
+    order = [notes[s].unit_id for s in amem.order(ctx.query_vector(question), ctx.spans())]
     r = ctx.mem.render(question, budget, mode="units", prompt=ctx.prompt, order=order)
     return Output(r.text, r.tokens, True, dict(r.composition), {"build": cost, "read": 0})
 
@@ -82,13 +77,13 @@ def summary_a_mem(ctx: MethodContext, question: str, budget: int) -> Output:
     """Summary+A-Mem: a running summary in up to half the allowance, A-Mem's raw notes in the rest."""
     amem, amem_cost = _amem(ctx)
     summary, cost = _built(ctx, "summary", lambda ledger: Summary(SUMMARY_WORDS).build(ctx.mem.notes(), ledger))
-    counter, allowance = ctx.mem.counter, _allowance(ctx, question, budget)
+    counter, allowance = ctx.mem.counter, ctx.allowance(budget, question)
     head = f"[summary of the history] {summary.text}"
     ids = counter.encode(head)[: int(SUMMARY_SHARE * allowance)]
     head = counter.decode(ids).rstrip("\ufffd") if ids else ""
     used = counter.count(head) + 1 if head else 0
-    order = amem.order(ctx.mem.query_vector(question), ctx.spans())
-    raw = _raw_units(ctx, _fit(ctx, order, allowance - used))
+    order = amem.order(ctx.query_vector(question), ctx.spans())
+    raw = raw_units(ctx, fit_units(ctx, order, allowance - used))
     lines = ([head] if head else []) + ([raw.text] if raw.text else [])
     out = _fits(ctx, lines, allowance)
     return Output(out.text, out.tokens, True, out.composition, {"build": amem_cost + cost, "read": 0})
@@ -98,8 +93,8 @@ def afm(ctx: MethodContext, question: str, budget: int, thresholds: tuple[float,
     """AFM: each unit full, compressed or a placeholder by its score, packed oldest first, each falling
     back to the next form when it does not fit."""
     memory, cost = _built(ctx, "afm", lambda ledger: AFM().build(ctx.mem.notes(), ledger))
-    counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
-    scores = memory.scores(ctx.mem.query_vector(question), ctx.spans(), AFM_HALF_LIFE)
+    counter, allowance, notes = ctx.mem.counter, ctx.allowance(budget, question), ctx.mem.notes()
+    scores = memory.scores(ctx.query_vector(question), ctx.spans(), AFM_HALF_LIFE)
     shown = memory.pack(notes, scores, thresholds, allowance, counter)
     lines = [shown[i] for i in sorted(shown)]
     out = _fits(ctx, lines, allowance)
@@ -114,7 +109,7 @@ def readagent(ctx: MethodContext, question: str, budget: int) -> Output:
     before = ledger.tokens["read"]
     picked = memory.pick(question, ledger)
     read = ledger.tokens["read"] - before
-    counter, allowance, notes = ctx.mem.counter, _allowance(ctx, question, budget), ctx.mem.notes()
+    counter, allowance, notes = ctx.mem.counter, ctx.allowance(budget, question), ctx.mem.notes()
     shown = memory.pack(notes, picked, allowance, counter)
     out = _fits(ctx, [shown[i] for i in sorted(shown)], allowance)
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
@@ -126,9 +121,9 @@ def memgas(ctx: MethodContext, question: str, budget: int) -> Output:
     memory, cost = _built(ctx, "memgas", lambda ledger: MemGAS(ctx.mem.embedder).build(ctx.mem.notes(), ledger))
     ledger = _ledger(ctx)
     before = ledger.tokens["read"]
-    order = memory.filter(memory.rank(ctx.mem.query_vector(question), ctx.spans()), question, ledger)
+    order = memory.filter(memory.rank(ctx.query_vector(question), ctx.spans()), question, ledger)
     read = ledger.tokens["read"] - before
-    out = _raw_units(ctx, _fit(ctx, order, _allowance(ctx, question, budget)))
+    out = raw_units(ctx, fit_units(ctx, order, ctx.allowance(budget, question)))
     return Output(out.text, out.tokens, True, out.composition, {"build": cost, "read": read})
 
 
@@ -141,7 +136,7 @@ def sculptor(ctx: MethodContext, question: str, budget: int) -> Output:
     summaries = ctx.extra.setdefault("sculptor:summaries", {})  # written once per unit, kept for the history
     fragments = Fragments(counter, summaries)  # type: ignore[arg-type]
     fragments.add(ctx.mem.notes())
-    allowance, schemas = with_tools(_allowance(ctx, question, budget), counter)
+    allowance, schemas = with_tools(ctx.allowance(budget, question), counter)
     before = ledger.tokens["read"]
     if schemas:
         manage(fragments, ledger, f"answer this question: {question}", allowance)

@@ -22,13 +22,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from flexamem.baselines import prompts
-from flexamem.baselines.ledger import Ledger
 from flexamem.llm.client import ToolCall
 from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.text import content_words
 from flexamem.tokens import TokenCounter
+from flexamem_bench.baselines import prompts
+from flexamem_bench.baselines.ledger import Ledger
 
 ROUNDS = 3  # model calls per use of the memory (guess)
 MAX_CALLS = 4  # tool calls taken from one answer (small models repeat themselves)

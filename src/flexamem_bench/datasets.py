@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from flexamem.errors import InvalidInputError
-from flexamem.eval.conversation_data import CATEGORIES, load_locomo, read_json_list
-from flexamem.eval.conversation_data import Session as LocomoSession
+from flexamem_bench.conversation_data import CATEGORIES, load_locomo, read_json_list
+from flexamem_bench.conversation_data import Session as LocomoSession
 
 
 @dataclass(frozen=True)

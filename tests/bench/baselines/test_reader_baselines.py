@@ -3,11 +3,11 @@
 import pytest
 
 import flexamem as fm
-from flexamem.baselines import Ledger, StandInModel
-from flexamem.baselines.memories import AMem
-from flexamem.baselines.reader import BASELINE_METHODS, afm
-from flexamem.eval.methods import MethodContext
-from flexamem.eval.reader import READER_PROMPT
+from flexamem_bench.baselines import Ledger, StandInModel
+from flexamem_bench.baselines.memories import AMem
+from flexamem_bench.baselines.reader import BASELINE_METHODS, afm
+from flexamem_bench.methods import MethodContext
+from flexamem_bench.reader import READER_PROMPT
 
 SESSIONS = [
     ("s1", "1 May 2024", "Ana: I adopted a beagle named Biscuit from the Lisbon shelter."),
@@ -39,7 +39,7 @@ def test_every_baseline_fits_its_budget_and_reports_its_tokens(name: str) -> Non
     for budget in (250, 600, 4000):
         question = "Which card gets the hotel refund?"
         out = method(ctx, question, budget)
-        allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(question))
+        allowance = ctx.allowance(budget, question)
         schemas = out.composition.get("tool schemas", 0)  # Sculptor's tools sit in the context too
         assert out.tokens == ctx.mem.counter.count(out.text) + schemas <= allowance
         if name != "sculptor":  # it builds nothing: all its model calls are at read time
@@ -54,7 +54,7 @@ def test_a_mem_links_evolves_and_searches() -> None:
     ledger = Ledger(StandInModel())
     amem = AMem(ctx.mem.embedder).build(ctx.mem.notes(), ledger)
     assert any(amem.links) and ledger.calls["build"] > len(SESSIONS)  # notes, links and evolution calls
-    order = amem.order(ctx.mem.query_vector("What is the name of Ana's beagle?"), ctx.spans())
+    order = amem.order(ctx.mem.embedder.embed(["What is the name of Ana's beagle?"])[0], ctx.spans())
     assert order[0] in (0, 1, 4) and sorted(order) == list(range(len(SESSIONS)))
 
 
@@ -92,7 +92,7 @@ def test_without_a_model_the_baselines_say_what_is_missing() -> None:
 def test_memgas_links_by_a_gaussian_mixture_and_ranks_by_pagerank() -> None:
     import numpy as np
 
-    from flexamem.baselines.memories import MemGAS, gmm_threshold
+    from flexamem_bench.baselines.memories import MemGAS, gmm_threshold
 
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.normal(0.2, 0.05, 200), rng.normal(0.8, 0.05, 20)])
@@ -101,7 +101,7 @@ def test_memgas_links_by_a_gaussian_mixture_and_ranks_by_pagerank() -> None:
     ctx = context()
     ledger = Ledger(StandInModel())
     memory = MemGAS(ctx.mem.embedder).build(ctx.mem.notes(), ledger)
-    order = memory.rank(ctx.mem.query_vector("the beagle Biscuit and puppy school"), ctx.spans())
+    order = memory.rank(ctx.mem.embedder.embed(["the beagle Biscuit and puppy school"])[0], ctx.spans())
     assert sorted(order) == list(range(len(SESSIONS))) and order[0] in (0, 1, 4)
     kept = memory.filter(order, "Which flight to Porto?", ledger)
     assert kept[0] == 5 and ledger.tokens["read"] > 0

@@ -14,12 +14,12 @@ from typing import Any, Self
 
 import numpy as np
 
-from flexamem.baselines import prompts
-from flexamem.baselines.ledger import Ledger
 from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
+from flexamem_bench.baselines import prompts
+from flexamem_bench.baselines.ledger import Ledger
 
 NEIGHBOURS = 5  # A-Mem: earlier notes offered to the link call (guess; A-Mem uses top-k by embedding)
 

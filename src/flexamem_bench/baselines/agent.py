@@ -14,17 +14,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flexamem.baselines.ledger import Ledger
-from flexamem.baselines.memories import AFM, AMem, Incremental, MemGAS, ReadAgent, Summary
-from flexamem.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
-from flexamem.baselines.sculptor import Fragments, manage, with_tools
 from flexamem.chat import Message
-from flexamem.eval.replay import Method, StepContext
-from flexamem.eval.trajectories import Trajectory
 from flexamem.llm.client import ChatModel
 from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.render.messages import message_tokens, messages_tokens
+from flexamem_bench.baselines.ledger import Ledger
+from flexamem_bench.baselines.memories import AFM, AMem, Incremental, MemGAS, ReadAgent, Summary
+from flexamem_bench.baselines.reader import AFM_HALF_LIFE, AFM_THRESHOLDS, SUMMARY_WORDS
+from flexamem_bench.baselines.sculptor import Fragments, manage, with_tools
+from flexamem_bench.replay import Method, StepContext
+from flexamem_bench.trajectories import Trajectory
 
 HEADER = "Memory of earlier steps:\n"
 AGENT_SUMMARY_SHARE = 0.7

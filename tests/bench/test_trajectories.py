@@ -5,10 +5,10 @@ import pytest
 
 import flexamem as fm
 from flexamem.cli import main
-from flexamem.eval.agent_harness import run_trajectories, summarise_trajectories
-from flexamem.eval.harness import load_rows
-from flexamem.eval.replay import AGENT_METHODS, measure_step, replay
-from flexamem.eval.trajectories import load_trajectories
+from flexamem_bench.agent_harness import replay, run_trajectories, summarise_trajectories
+from flexamem_bench.harness import load_rows
+from flexamem_bench.replay import AGENT_METHODS, measure_step
+from flexamem_bench.trajectories import load_trajectories
 
 
 def tau2_file(tmp_path: Path, n_steps: int = 14, big: bool = False) -> Path:

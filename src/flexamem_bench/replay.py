@@ -18,7 +18,6 @@ Steps are measured only where memory is active (the full history would exceed ``
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,9 +27,6 @@ import numpy as np
 from flexamem.budget import budget_for
 from flexamem.chat import Message
 from flexamem.config import Settings
-from flexamem.errors import InvalidInputError
-from flexamem.eval.methods import score_ranks, span_texts
-from flexamem.eval.trajectories import Trajectory, TrajStep
 from flexamem.memory import Memory
 from flexamem.notes import Note
 from flexamem.recover.pieces import pieces_section, select_pieces
@@ -40,6 +36,8 @@ from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
 from flexamem.write.records import RuleWriter
 from flexamem.write.units import agent_unit
+from flexamem_bench.methods import score_ranks, span_texts
+from flexamem_bench.trajectories import Trajectory, TrajStep
 
 PLACEHOLDER = "[output omitted]"
 KEEP_OUTPUTS = 10
@@ -337,37 +335,6 @@ def effective_budget(traj: Trajectory, budget: int, part: str, counter: Any) -> 
     fixed = [{"role": "system", "content": traj.system}] if traj.system else []
     fixed.append({"role": "user", "content": traj.task})
     return budget + budget_for(0, messages_tokens(fixed, counter))
-
-
-def replay(
-    traj: Trajectory, method: str, budget: int, model: Any = None
-) -> Iterator[tuple[int, StepContext | None, Method, float]]:
-    """Yield (t, context before step t or None when memory is off, the method, latency ms). The
-    LLM-built baselines (``flexamem.baselines.agent``) build their memories with ``model``."""
-    if method in AGENT_METHODS:
-        m = AGENT_METHODS[method](traj, budget)
-    else:
-        from flexamem.baselines.agent import AGENT_BASELINES  # they build on this module
-
-        if method not in AGENT_BASELINES:
-            raise InvalidInputError(f"unknown method {method!r}")
-        if model is None:
-            raise InvalidInputError(f"{method} needs a model (an endpoint, or --stand-in for tests)")
-        m = AGENT_BASELINES[method](traj, budget, model)
-    full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
-    ceiling = m.session.core.ceiling(budget)
-    for t, step in enumerate(traj.steps):
-        if t > 0 and full_tokens > ceiling:
-            start = time.perf_counter()
-            ctx = m.context()
-            if ctx.tokens > ceiling and not isinstance(m, Full):  # the newest unit alone is too big:
-                cut = m.session._cut_newest(m.session.fixed_messages(), ceiling, 0)  # every method cuts it alike
-                ctx = StepContext(cut.messages, cut.tokens, {len(m.session.units()) - 1})
-            yield t, ctx, m, (time.perf_counter() - start) * 1000
-        elif t > 0:
-            yield t, None, m, 0.0
-        m.feed(step)
-        full_tokens += sum(messages_tokens([x], m.session.counter) - 3 for x in step.messages)
 
 
 def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[str, Any]:

@@ -5,10 +5,10 @@ import pytest
 
 import flexamem as fm
 from flexamem.cli import main
-from flexamem.eval.conversation_data import Session
-from flexamem.eval.datasets import QAHistory, QAItem, locomo_histories, longmemeval_histories
-from flexamem.eval.harness import load_rows, run, summarise
-from flexamem.eval.methods import METHODS
+from flexamem_bench.conversation_data import Session
+from flexamem_bench.datasets import QAHistory, QAItem, locomo_histories, longmemeval_histories
+from flexamem_bench.harness import load_rows, run, summarise
+from flexamem_bench.methods import METHODS
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_mini.json"
 

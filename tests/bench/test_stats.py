@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
+from flexamem_bench.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 
 
 def test_mcnemar_exact_matches_the_binomial() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.eval.harness import run, summarise
-from flexamem.eval.reader import LLMReader, final_answer, verdict
-from tests.eval.test_harness import tiny_history
+from flexamem_bench.harness import run, summarise
+from flexamem_bench.reader import LLMReader, final_answer, verdict
+from tests.bench.test_harness import tiny_history
 from tests.llm.fake_server import FakeOpenAI
 
 
@@ -60,7 +60,7 @@ def test_harness_reader_adds_accuracy_per_category_and_reruns_for_free(tmp_path:
 def test_longmemeval_protocol_gives_the_date_and_the_judge_of_each_type(tmp_path: Path) -> None:
     """LongMemEval's protocol: the question date reaches the reader, each question type its own judge,
     which reads the whole response and answers yes or no."""
-    from flexamem.eval.reader import LME_JUDGES
+    from flexamem_bench.reader import LME_JUDGES
 
     h = tiny_history()
     temporal = dataclasses.replace(h.questions[0], category="temporal-reasoning", date="2024/05/20 (Mon) 10:00")

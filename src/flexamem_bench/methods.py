@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flexamem.budget import allowance
 from flexamem.memory import Memory
 from flexamem.notes import Note
 from flexamem.recover.bm25 import BM25Index
@@ -40,6 +41,18 @@ class MethodContext:
     prompt: str
     span_vectors: list[np.ndarray] | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    query_vectors: dict[str, np.ndarray] = field(default_factory=dict)  # the harness embeds its questions at once
+
+    def query_vector(self, text: str) -> np.ndarray:
+        """The MiniLM vector of a question (embedded once, through the memory's public embedder)."""
+        vector = self.query_vectors.get(text)
+        if vector is None:
+            vector = self.query_vectors[text] = self.mem.embedder.embed([text])[0]
+        return vector
+
+    def allowance(self, budget: int, question: str) -> int:
+        """The memory's room for this question: the budget's ceiling less the prompt and the question."""
+        return allowance(budget, self.mem.counter.count(self.prompt) + self.mem.counter.count(question))
 
     def turns(self) -> tuple[list[str], np.ndarray, BM25Index]:
         """Every turn (block) as a line ``[turn id] speaker: text``, its MiniLM vector and a BM25 index
@@ -106,21 +119,23 @@ def _flexamem(mode: str, options: RenderOptions | None = None) -> Method:
     def run(ctx: MethodContext, question: str, budget: int) -> Output:
         build = int(ctx.extra.get("writer_tokens", 0))  # type: ignore[call-overload]
         before = writer_tokens(ctx.mem) if build else 0  # the rule writer: no bill, no extra reads
-        r = ctx.mem.render(question, budget, mode=mode, prompt=ctx.prompt, options=options)
+        r = ctx.mem.render(
+            question, budget, mode=mode, prompt=ctx.prompt, options=options, query_vector=ctx.query_vector(question)
+        )
         billed = {"build": build, "read": writer_tokens(ctx.mem) - before} if build else {}
         return Output(r.text, r.tokens, True, dict(r.composition), billed)
 
     return run
 
 
-def _raw_units(ctx: MethodContext, seqs: list[int]) -> Output:
+def raw_units(ctx: MethodContext, seqs: list[int]) -> Output:
     notes = ctx.mem.history.notes
     text = "\n".join(fmt.raw_block(notes[s]) for s in sorted(seqs))
     tokens = ctx.mem.counter.count(text)
     return Output(text, tokens, True, {"raw": tokens})
 
 
-def _fit(ctx: MethodContext, order: list[int], allowance: int) -> list[int]:
+def fit_units(ctx: MethodContext, order: list[int], allowance: int) -> list[int]:
     """Units in the given order while their raw blocks fit (a unit that does not fit is skipped)."""
     counter, notes = ctx.mem.counter, ctx.mem.history.notes
     chosen, used = [], 0
@@ -135,27 +150,27 @@ def _fit(ctx: MethodContext, order: list[int], allowance: int) -> list[int]:
 
 
 def full_history(ctx: MethodContext, question: str, budget: int) -> Output:
-    out = _raw_units(ctx, list(range(len(ctx.mem.history))))
+    out = raw_units(ctx, list(range(len(ctx.mem.history))))
     return Output(out.text, out.tokens, False, out.composition)
 
 
 def truncation(ctx: MethodContext, question: str, budget: int) -> Output:
-    allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(ctx.prompt) + ctx.mem.counter.count(question))
-    return _raw_units(ctx, _fit(ctx, list(range(len(ctx.mem.history) - 1, -1, -1)), allowance))
+    allowance = ctx.allowance(budget, question)
+    return raw_units(ctx, fit_units(ctx, list(range(len(ctx.mem.history) - 1, -1, -1)), allowance))
 
 
 def unit_retrieval(ctx: MethodContext, question: str, budget: int) -> Output:
-    allowance = ctx.mem.allowance(budget, ctx.mem.counter.count(ctx.prompt) + ctx.mem.counter.count(question))
-    q = ctx.mem.query_vector(question)
+    allowance = ctx.allowance(budget, question)
+    q = ctx.query_vector(question)
     best = [float((v @ q).max()) if len(v) else -1.0 for v in ctx.spans()]
     order = sorted(range(len(best)), key=lambda s: (-best[s], s))
-    return _raw_units(ctx, _fit(ctx, order, allowance))
+    return raw_units(ctx, fit_units(ctx, order, allowance))
 
 
 def _turn_lines(ctx: MethodContext, question: str, budget: int, order: list[int]) -> Output:
     """Turn lines in rank order while they fit the allowance (a line that does not fit is skipped)."""
     counter = ctx.mem.counter
-    allowance = ctx.mem.allowance(budget, counter.count(ctx.prompt) + counter.count(question))
+    allowance = ctx.allowance(budget, question)
     lines = ctx.turns()[0]
     chosen, used = [], 0
     for i in order:
@@ -182,14 +197,14 @@ def score_ranks(scores: np.ndarray) -> np.ndarray:
 def dense_turns(ctx: MethodContext, question: str, budget: int) -> Output:
     """Baseline: turns by MiniLM cosine to the question."""
     _, vectors, _ = ctx.turns()
-    sims = vectors @ ctx.mem.query_vector(question)
+    sims = vectors @ ctx.query_vector(question)
     return _turn_lines(ctx, question, budget, [int(i) for i in np.lexsort((np.arange(len(sims)), -sims))])
 
 
 def hybrid_turns(ctx: MethodContext, question: str, budget: int, k: int = 60) -> Output:
     """Baseline: turns by reciprocal rank fusion (k=60) of BM25 and MiniLM cosine."""
     _, vectors, index = ctx.turns()
-    sims = vectors @ ctx.mem.query_vector(question)
+    sims = vectors @ ctx.query_vector(question)
     bm = np.zeros(len(sims))
     docs, scores = index.search(query_terms(question))
     bm[docs] = scores

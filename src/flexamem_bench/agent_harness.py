@@ -4,18 +4,50 @@ fact-recall harness (``per_question.jsonl`` rows are steps here; ``item`` is ``<
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from flexamem.baselines.agent import AGENT_BASELINES
 from flexamem.errors import FlexaMemError, InvalidInputError
-from flexamem.eval.harness import Progress, load_rows, summarise
-from flexamem.eval.replay import AGENT_METHODS, effective_budget, measure_step, replay
-from flexamem.eval.trajectories import Trajectory
 from flexamem.llm.client import ChatModel
+from flexamem.render.messages import messages_tokens
 from flexamem.tokens import counter
+from flexamem_bench.baselines.agent import AGENT_BASELINES
+from flexamem_bench.harness import Progress, load_rows, summarise
+from flexamem_bench.replay import AGENT_METHODS, Full, Method, StepContext, effective_budget, measure_step
+from flexamem_bench.trajectories import Trajectory
 
 AGENT_MEASURES = ("detail_recall", "trace_coverage", "repeat_visible", "tokens", "latency_ms")
+
+
+def replay(
+    traj: Trajectory, method: str, budget: int, model: Any = None
+) -> Iterator[tuple[int, StepContext | None, Method, float]]:
+    """Yield (t, context before step t or None when memory is off, the method, latency ms). The
+    LLM-built baselines (``flexamem_bench.baselines.agent``) build their memories with ``model``."""
+    if method in AGENT_METHODS:
+        m = AGENT_METHODS[method](traj, budget)
+    else:
+        if method not in AGENT_BASELINES:
+            raise InvalidInputError(f"unknown method {method!r}")
+        if model is None:
+            raise InvalidInputError(f"{method} needs a model (an endpoint, or --stand-in for tests)")
+        m = AGENT_BASELINES[method](traj, budget, model)
+    full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
+    ceiling = m.session.core.ceiling(budget)
+    for t, step in enumerate(traj.steps):
+        if t > 0 and full_tokens > ceiling:
+            start = time.perf_counter()
+            ctx = m.context()
+            if ctx.tokens > ceiling and not isinstance(m, Full):  # the newest unit alone is too big:
+                cut = m.session.cut_newest(m.session.fixed_messages(), ceiling, 0)  # every method cuts it alike
+                ctx = StepContext(cut.messages, cut.tokens, {len(m.session.units()) - 1})
+            yield t, ctx, m, (time.perf_counter() - start) * 1000
+        elif t > 0:
+            yield t, None, m, 0.0
+        m.feed(step)
+        full_tokens += sum(messages_tokens([x], m.session.counter) - 3 for x in step.messages)
 
 
 def run_trajectories(

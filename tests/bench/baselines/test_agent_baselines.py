@@ -6,12 +6,11 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.baselines import StandInModel
-from flexamem.baselines.agent import AGENT_BASELINES
 from flexamem.chat import chat_problems
-from flexamem.eval.agent_harness import run_trajectories
-from flexamem.eval.replay import replay
-from flexamem.eval.trajectories import Trajectory, from_messages
+from flexamem_bench.agent_harness import replay, run_trajectories
+from flexamem_bench.baselines import StandInModel
+from flexamem_bench.baselines.agent import AGENT_BASELINES
+from flexamem_bench.trajectories import Trajectory, from_messages
 
 
 def trajectory(steps: int = 24) -> Trajectory:

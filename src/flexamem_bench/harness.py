@@ -21,19 +21,19 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from flexamem.baselines.reader import BASELINE_METHODS
 from flexamem.budget import ceiling
 from flexamem.config import Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
-from flexamem.eval.datasets import QAHistory, QAItem
-from flexamem.eval.measures import answer_contained, normalise
-from flexamem.eval.methods import METHODS, MethodContext, Output, writer_tokens
-from flexamem.eval.reader import READER_PROMPT, LLMReader
-from flexamem.eval.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.records import RecordWriter
+from flexamem_bench.baselines.reader import BASELINE_METHODS
+from flexamem_bench.datasets import QAHistory, QAItem
+from flexamem_bench.measures import answer_contained, normalise
+from flexamem_bench.methods import METHODS, MethodContext, Output, writer_tokens
+from flexamem_bench.reader import READER_PROMPT, LLMReader
+from flexamem_bench.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 
 ALL_METHODS = {**METHODS, **BASELINE_METHODS}  # the no-LLM methods and the LLM-built baselines
 
@@ -158,7 +158,7 @@ def run(
                     strict=True,
                 )
             )
-            ctx.mem.core.cache_query_vectors(vectors)
+            ctx.query_vectors.update(vectors)
             prompt_tokens = {
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }
