@@ -11,12 +11,6 @@ import flexamem as fm
 from flexamem.demo import DEMO_SESSIONS
 
 
-def data_root() -> Path:
-    """Shared data: ``$FLEXAMEM_DATA``, else ``../shared/data`` beside the repository."""
-    env = os.environ.get("FLEXAMEM_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
 @pytest.fixture()
 def mem() -> fm.Memory:
     return fm.Memory(":memory:")

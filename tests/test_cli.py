@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 from flexamem.cli import main
+from tests.helpers import locomo_file
 
 
 def test_demo_prints_notes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -59,23 +60,10 @@ def test_module_entry_point(tmp_path: Path) -> None:
     assert "FlexA-Mem demo" in done.stdout
 
 
-def _locomo(path: Path) -> Path:
-    import json
-
-    from flexamem.demo import DEMO_SESSIONS
-
-    conv: dict[str, object] = {"speaker_a": "Ana", "speaker_b": "Ben"}
-    for n, (_, date, turns) in enumerate(DEMO_SESSIONS[:3], 1):
-        conv[f"session_{n}"] = [dict(t, dia_id=f"D{n}:{i}") for i, t in enumerate(turns)]
-        conv[f"session_{n}_date_time"] = date
-    path.write_text(json.dumps([{"sample_id": "conv-x", "conversation": conv, "qa": []}]))
-    return path
-
-
 def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from tests.llm.fake_server import FakeOpenAI
 
-    data, db = _locomo(tmp_path / "locomo.json"), tmp_path / "m.db"
+    data, db = locomo_file(tmp_path / "locomo.json"), tmp_path / "m.db"
     with FakeOpenAI() as server:
         monkeypatch.setenv("FLEXAMEM_LLM_BASE_URL", server.url)
         monkeypatch.setenv("FLEXAMEM_LLM_MODEL", "fake")
@@ -98,6 +86,6 @@ def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monk
 
 
 def test_ingest_of_an_unknown_sample_is_an_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    data = _locomo(tmp_path / "locomo.json")
+    data = locomo_file(tmp_path / "locomo.json")
     assert main(["ingest", "--data", str(data), "--db", str(tmp_path / "m.db"), "--sample", "nope"]) == 2
     assert "no conversation nope" in capsys.readouterr().err

@@ -5,26 +5,12 @@ import pytest
 
 import flexamem as fm
 from flexamem.cli import main
-from flexamem_bench.conversation_data import Session
-from flexamem_bench.datasets import QAHistory, QAItem, locomo_histories, longmemeval_histories
+from flexamem_bench.datasets import locomo_histories, longmemeval_histories
 from flexamem_bench.harness import load_rows, run, summarise
 from flexamem_bench.methods import METHODS
+from tests.helpers import tiny_history
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "longmemeval_mini.json"
-
-
-def tiny_history() -> QAHistory:
-    sessions = []
-    for i in range(8):
-        turns = [
-            {"speaker": "Ana", "text": f"Day {i}: the garden and the market, nothing else.", "id": f"D{i}:1"},
-            {"speaker": "Ben", "text": f"Noted for day {i}, the weather was grey again.", "id": f"D{i}:2"},
-        ]
-        if i == 2:
-            turns.append({"speaker": "Ana", "text": "My passport number ends in 7781, keep it safe.", "id": "D2:3"})
-        sessions.append(Session(f"session_{i}", f"{i + 1} May 2024", turns))
-    q = QAItem("h/q0", "What does my passport number end in?", "7781", ("D2:3",), "single-hop", "h")
-    return QAHistory("h", sessions, [q], one_unit_per_session=True)
 
 
 def test_longmemeval_loader_maps_turns_labels_and_bad_items() -> None:

@@ -11,7 +11,7 @@ import pytest
 import flexamem as fm
 from flexamem_bench.harness import run, summarise
 from flexamem_bench.reader import LLMReader, final_answer, verdict
-from tests.bench.test_harness import tiny_history
+from tests.helpers import tiny_history
 from tests.llm.fake_server import FakeOpenAI
 
 

@@ -105,7 +105,7 @@ def test_a_real_model_writes_agent_records_and_merged_records(server: LocalServe
 def test_a_real_model_reads_and_judges(server: LocalServer, tmp_path: Path) -> None:
     from flexamem_bench.harness import load_rows, run
     from flexamem_bench.reader import LLMReader
-    from tests.bench.test_harness import tiny_history
+    from tests.helpers import tiny_history
 
     reader = LLMReader(llm(server, tmp_path / "cache.sqlite"), answer_tokens=120)
     run([tiny_history()], ["piece-recovery"], [1024], tmp_path / "out", progress=False, reader=reader)
@@ -158,7 +158,7 @@ def test_a_real_model_reads_longmemeval_by_its_protocol(server: LocalServer, tmp
     from flexamem_bench.datasets import longmemeval_histories
     from flexamem_bench.harness import load_rows, run
     from flexamem_bench.reader import LLMReader
-    from tests.conftest import data_root
+    from tests.helpers import data_root
 
     path = data_root() / "longmemeval" / "longmemeval-s-dev.json"
     if not path.exists():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flexamem.cli import main
-from tests.conftest import data_root
+from tests.helpers import data_root
 
 pytestmark = pytest.mark.integration
 

@@ -10,22 +10,7 @@ from flexamem.chat import chat_problems
 from flexamem_bench.agent_harness import replay, run_trajectories
 from flexamem_bench.baselines import StandInModel
 from flexamem_bench.baselines.agent import AGENT_BASELINES
-from flexamem_bench.trajectories import Trajectory, from_messages
-
-
-def trajectory(steps: int = 24) -> Trajectory:
-    messages = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": "Refund #W4417"}]
-    for i in range(steps):
-        call = {
-            "id": f"c{i}",
-            "type": "function",
-            "function": {"name": "get_item", "arguments": json.dumps({"item": f"IT-{1000 + i}"})},
-        }
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append(
-            {"role": "tool", "tool_call_id": f"c{i}", "content": f"item IT-{1000 + i}: price {i * 7} " + "ok " * 60}
-        )
-    return from_messages("t1", messages)
+from tests.helpers import trajectory
 
 
 @pytest.mark.parametrize("name", sorted(AGENT_BASELINES))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from flexamem.cli import main
 from flexamem_bench.baselines.reader import BASELINE_METHODS
-from tests.test_cli import _locomo
+from tests.helpers import locomo_file
 
 
 def locomo_with_questions(path: Path) -> Path:
-    data = json.loads(_locomo(path).read_text())
+    data = json.loads(locomo_file(path).read_text())
     turns = data[0]["conversation"]["session_1"]
     data[0]["qa"] = [
         {

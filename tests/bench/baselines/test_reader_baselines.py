@@ -6,30 +6,7 @@ import flexamem as fm
 from flexamem_bench.baselines import Ledger, StandInModel
 from flexamem_bench.baselines.memories import AMem
 from flexamem_bench.baselines.reader import BASELINE_METHODS, afm
-from flexamem_bench.methods import MethodContext
-from flexamem_bench.reader import READER_PROMPT
-
-SESSIONS = [
-    ("s1", "1 May 2024", "Ana: I adopted a beagle named Biscuit from the Lisbon shelter."),
-    ("s2", "3 May 2024", "Ana: Biscuit chewed my running shoes, the blue Asics ones."),
-    ("s3", "9 May 2024", "Ana: The hotel refund of 212 euros goes to my Visa ending 4417."),
-    ("s4", "12 May 2024", "Ana: Marathon training: 18 km on Sunday, my knee hurts a bit."),
-    ("s5", "20 May 2024", "Ana: Biscuit passed puppy school, the trainer is called Marta."),
-    ("s6", "2 June 2024", "Ana: Booked flight TP1351 to Porto for the 14th, seat 12C."),
-]
-
-
-def context() -> MethodContext:
-    mem = fm.Memory(":memory:", settings=fm.Settings(one_unit_per_session=True))
-    for sid, date, line in SESSIONS:
-        speaker, text = line.split(": ", 1)
-        turns = [{"speaker": speaker, "text": text}] + [
-            {"speaker": "Bo", "text": f"Filler line {i} about the weather."} for i in range(12)
-        ]
-        mem.add_session(turns, session_id=sid, date=date)
-    ctx = MethodContext(mem, READER_PROMPT)
-    ctx.extra["baseline_model"] = StandInModel()
-    return ctx
+from tests.helpers import SESSIONS, context
 
 
 @pytest.mark.parametrize("name", sorted(BASELINE_METHODS))

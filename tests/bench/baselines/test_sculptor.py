@@ -8,8 +8,7 @@ from flexamem_bench.agent_harness import replay
 from flexamem_bench.baselines import Ledger, StandInModel
 from flexamem_bench.baselines.reader import sculptor
 from flexamem_bench.baselines.sculptor import Fragments, schema_tokens, with_tools
-from tests.bench.baselines.test_agent_baselines import trajectory
-from tests.bench.baselines.test_reader_baselines import SESSIONS, context
+from tests.helpers import SESSIONS, context, trajectory
 
 REFUND = "Which card gets the hotel refund?"
 
