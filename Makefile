@@ -28,7 +28,7 @@ lint: setup
 	$(PY) scripts/check_layers.py
 
 unit: setup
-	$(PY) -m pytest -q -m "not integration"
+	$(PY) -m pytest -q -m "not integration and not slow"
 
 # the store contract and process tests also run on a real PostgreSQL server, started here on 127.0.0.1;
 # the inspector test drives Debian's headless Chromium (installed when missing and root)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SESSIONS = [
     {"session_id": "trip", "date": "2024-05-08", "turns": [{"speaker": "Ana", "text": "My seat is 12C on TP1351."}]},
     {"session_id": "hotel", "turns": [{"speaker": "Ana", "text": "Refund to Visa ending 4417, ref CR-88412."}]},
@@ -28,6 +30,7 @@ def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_a_store_from_init_to_drop(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     done = run("init", "--db", db, "--json")
@@ -74,6 +77,7 @@ def test_a_store_from_init_to_drop(tmp_path: Path) -> None:
     assert run("drop", "--db", db, "--history", "ana", "--yes").returncode == 2  # nothing left to drop
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     assert run("init", "--db", db).returncode == 0

@@ -113,6 +113,7 @@ def test_formats_are_read_into_steps(tmp_path: Path) -> None:
         load_trajectories(tmp_path / "missing.json")
 
 
+@pytest.mark.slow
 def test_a_2mb_output_is_kept_cut_and_reported(tmp_path: Path) -> None:
     [t] = load_trajectories(tau2_file(tmp_path, n_steps=4, big=True))
     assert any("cut" in p for p in t.problems)

@@ -17,6 +17,7 @@ def test_library_page(tmp_path: Path) -> None:
     assert "memory on: True" in run_block(second, "python", tmp_path)
 
 
+@pytest.mark.slow
 def test_cli_page(tmp_path: Path) -> None:
     (script,) = blocks("cli.md", "bash")
     out = run_block(script, "bash", tmp_path)
@@ -29,6 +30,7 @@ def test_mcp_page(tmp_path: Path) -> None:
     assert "4417" in run_block(code, "python", tmp_path)
 
 
+@pytest.mark.slow
 def test_langgraph_and_miniswe_examples(tmp_path: Path) -> None:
     pytest.importorskip("langgraph")
     pytest.importorskip("minisweagent")

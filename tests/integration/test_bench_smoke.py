@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import data_root
+from ..helpers import data_root
 
 LOCOMO = data_root() / "locomo" / "locomo-dev.json"
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.py"

@@ -7,7 +7,7 @@ import pytest
 import flexamem as fm
 from flexamem_bench.conversation_data import load_locomo
 
-from ..conftest import data_root
+from ..helpers import data_root
 
 LOCOMO = data_root() / "locomo" / "locomo-dev.json"
 pytestmark = [

@@ -14,6 +14,7 @@ if not REQUIRED:  # skipped only when neither a browser nor the requirement is t
     pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (scripts/setup_chromium.sh installs it)")
 
 
+@pytest.mark.slow
 def test_inspector_shows_budget_timeline_pieces_and_links(server: Server, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 

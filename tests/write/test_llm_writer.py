@@ -246,7 +246,7 @@ def test_no_lock_is_held_while_a_model_writes_a_merged_record(server: FakeOpenAI
     for i in range(16):
         text = f"Day {i}: we met Bruno in Porto and paid {100 + i} euros for the tickets to the museum. " * 3
         mem.add_session([{"speaker": "Ana", "text": text}])
-    server.delay_s = 3.0  # every model call now takes 3 s
+    server.delay_s = 1.0  # every model call now takes a second
     no_pass = fm.RenderOptions(pass_through=False)
     result: list[fm.Rendering] = []
     slow = threading.Thread(
