@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.demo import DEMO_SESSIONS
+from flexamem.cli.demo import DEMO_SESSIONS
 
 
 @pytest.fixture()

@@ -77,7 +77,7 @@ def context() -> MethodContext:
 def locomo_file(path: Path) -> Path:
     import json
 
-    from flexamem.demo import DEMO_SESSIONS
+    from flexamem.cli.demo import DEMO_SESSIONS
 
     conv: dict[str, object] = {"speaker_a": "Ana", "speaker_b": "Ben"}
     for n, (_, date, turns) in enumerate(DEMO_SESSIONS[:3], 1):

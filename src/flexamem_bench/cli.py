@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flexamem.cli_llm import add_writer_arguments, required_model, writer_from_args
-from flexamem.cli_store import progress_bar
+from flexamem.cli.llm import add_writer_arguments, required_model, writer_from_args
+from flexamem.cli.store import progress_bar
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.render.renderer import AUTO_ABLATIONS

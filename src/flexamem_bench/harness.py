@@ -11,17 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
 from flexamem.budget import ceiling
+from flexamem.cli.store import progress_bar
 from flexamem.config import Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.llm.client import ChatModel
@@ -52,26 +51,16 @@ PER_CATEGORY = ("evidence_verbatim", "accuracy")  # also reported per question c
 NO_ANSWER = "(none: the history does not say)"
 
 
-@dataclass
 class Progress:
-    """A one-line progress bar on stderr."""
+    """Progress of a run, drawn by the CLI's one progress bar (``flexamem.cli.store.progress_bar``)."""
 
-    total: int
-    out: TextIO = field(default_factory=lambda: sys.stderr)
-    done: int = 0
-    start: float = field(default_factory=time.perf_counter)
+    def __init__(self, total: int, label: str = "eval") -> None:
+        self.total, self.done = total, 0
+        self.show = progress_bar(label)
 
     def step(self, label: str, n: int = 1) -> None:
         self.done += n
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        rate = self.done / max(time.perf_counter() - self.start, 1e-9)
-        self.out.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {rate:.1f}/s {label[:40]:<40}"
-        )
-        if self.done >= self.total:
-            self.out.write("\n")
-        self.out.flush()
+        self.show(self.done, self.total)
 
 
 def measure(

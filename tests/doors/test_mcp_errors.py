@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("mcp")
 
 import flexamem as fm
-from flexamem.mcp_server import screen
+from flexamem.server.mcp import screen
 
 DEEP = b"[" * 5000 + b"]" * 5000
 INIT = {

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.demo import DEMO_SESSIONS
+from flexamem.cli.demo import DEMO_SESSIONS
 from flexamem.llm.local import LocalServer, local_model_path, local_server_available
 
 WHY_NOT = local_server_available()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import flexamem as fm
-from flexamem.demo import DEMO_SESSIONS
+from flexamem.cli.demo import DEMO_SESSIONS
 from flexamem.llm import OpenAICompatible, RetryPolicy
 from flexamem.write.llm_writer import LLMWriter
 from tests.llm.fake_server import FakeOpenAI
@@ -177,7 +177,7 @@ def test_async_agent_steps_match_sync_steps(server: FakeOpenAI) -> None:
 
 KILLED = """
 import sys, flexamem as fm
-from flexamem.demo import DEMO_SESSIONS
+from flexamem.cli.demo import DEMO_SESSIONS
 from flexamem.llm import OpenAICompatible
 from flexamem.write.llm_writer import LLMWriter
 mem = fm.Memory(sys.argv[1], writer=LLMWriter(OpenAICompatible(sys.argv[2], "fake", timeout=60)))

@@ -1,4 +1,4 @@
-from flexamem.demo import DEMO_SESSIONS
+from flexamem.cli.demo import DEMO_SESSIONS
 from flexamem.notes import Step
 from flexamem.tokens import counter
 from flexamem.write.records import RecordWriter, RuleWriter, names_in, numbers_in

@@ -1,13 +1,29 @@
-"""HTTP server (FastAPI + uvicorn; the ``server`` extra): ``flexamem serve`` or :func:`create_app`."""
+"""The servers: HTTP (FastAPI + uvicorn; the ``server`` extra: ``flexamem serve`` or :func:`create_app`,
+with the key file and the inspector page beside it) and MCP over stdio (``mcp.py``; the ``mcp`` extra).
+Each imports its framework only when used, so one door never needs the other's packages."""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
-from flexamem.server.app import ServerConfig, create_app
-from flexamem.server.keys import KeyFile
+if TYPE_CHECKING:
+    from flexamem.server.app import ServerConfig
 
 __all__ = ["KeyFile", "ServerConfig", "create_app", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    """``KeyFile``, ``ServerConfig`` and ``create_app``, imported when first asked for."""
+    if name in ("ServerConfig", "create_app"):
+        from flexamem.server import app
+
+        return getattr(app, name)
+    if name == "KeyFile":
+        from flexamem.server.keys import KeyFile
+
+        return KeyFile
+    raise AttributeError(f"module 'flexamem.server' has no attribute {name!r}")
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:

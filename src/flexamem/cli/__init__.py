@@ -13,10 +13,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flexamem.cli_llm import (
+from flexamem.cli.llm import (
     add_commands,
 )
-from flexamem.cli_store import add_store_commands, print_note
+from flexamem.cli.store import add_store_commands, print_note
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 from flexamem.render.result import Rendering
@@ -26,7 +26,7 @@ DEMO_BUDGET = 260
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from flexamem.demo import DEMO_SESSIONS
+    from flexamem.cli.demo import DEMO_SESSIONS
 
     db = args.db or str(Path(tempfile.mkdtemp(prefix="flexamem-demo-")) / "demo.db")
     start = time.perf_counter()

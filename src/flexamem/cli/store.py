@@ -246,7 +246,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     try:
-        from flexamem.mcp_server import run_stdio
+        from flexamem.server.mcp import run_stdio
     except ImportError:
         raise InvalidInputError("the MCP server needs: pip install 'flexamem[mcp]'") from None
     run_stdio(_db(args, must_exist=False), args.history)
