@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from typing import Any
@@ -133,3 +134,41 @@ def test_threads_share_one_store_object(store_path: str, tenant: str) -> None:
     assert not errors
     notes: list[Any] = fm.Memory(store_path, history=tenant).notes()
     assert len(notes) == 16 and [n.seq for n in notes] == list(range(16))
+
+
+@pytest.mark.skipif(not os.environ.get("FLEXAMEM_TEST_POSTGRES"), reason="needs the test PostgreSQL server")
+def test_a_postgres_database_numbered_before_the_shared_list_migrates_once() -> None:
+    """PostgreSQL counted its migrations apart (its v2 = the digest); the shared list translates the old
+    number once and runs only what is missing."""
+    import uuid
+
+    import psycopg
+
+    from flexamem.store.postgres import PostgresStore
+    from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+    url = os.environ["FLEXAMEM_TEST_POSTGRES"]
+    name = f"legacy_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    legacy_url = url.rsplit("/", 1)[0] + "/" + name
+    try:
+        with psycopg.connect(legacy_url, autocommit=True) as conn:  # what the old code left: its v1 and v2
+            conn.execute(MIGRATIONS[0].postgres)
+            conn.execute(MIGRATIONS[3].postgres)
+            conn.execute("CREATE TABLE flexamem_schema (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO flexamem_schema VALUES (2)")
+        store = PostgresStore(legacy_url)
+        store.close()
+        with psycopg.connect(legacy_url) as conn:
+            assert conn.execute("SELECT version FROM flexamem_migrations").fetchone()[0] == SCHEMA_VERSION
+            columns = {r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'histories'")}  # fmt: skip
+            assert "epoch" in columns
+        mem = fm.Memory(legacy_url, history="h")
+        mem.add_session([{"speaker": "A", "text": "after the migration"}], session_id="a")
+        assert [n.unit_id for n in fm.Memory(legacy_url, history="h").notes()] == ["a"]
+        mem.close()
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

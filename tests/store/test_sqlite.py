@@ -123,7 +123,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
 
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
-    for statement in _split_sql(MIGRATIONS[0]):
+    for statement in _split_sql(MIGRATIONS[0].sqlite):
         db.execute(statement)
     db.execute("INSERT INTO histories VALUES ('h', 'conversation', '{}', 0)")
     db.execute("INSERT INTO merged VALUES ('h', 0, 3, 1, 'old merged text', 3, 'rule', 0)")

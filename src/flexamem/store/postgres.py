@@ -29,85 +29,8 @@ from flexamem.errors import (
     StoreError,
     WriteOnceError,
 )
+from flexamem.store.schema import LEGACY_POSTGRES, MIGRATIONS, SCHEMA_VERSION
 from flexamem.store.sql import SQLStore
-
-_IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
-
-MIGRATIONS: list[str] = [
-    # 1: everything SQLite's schema 3 holds
-    """
-    CREATE TABLE histories (
-        id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
-    );
-    CREATE TABLE notes (
-        history_id TEXT NOT NULL REFERENCES histories(id), seq INTEGER NOT NULL,
-        unit_id TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT, date TEXT,
-        step_first INTEGER, step_last INTEGER,
-        raw TEXT NOT NULL, raw_tokens INTEGER NOT NULL,
-        record TEXT NOT NULL, record_tokens INTEGER NOT NULL,
-        fields TEXT NOT NULL, fields_tokens INTEGER NOT NULL,
-        embedding BYTEA NOT NULL, blocks TEXT NOT NULL,
-        writer TEXT NOT NULL, flagged INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-        flag_reason TEXT,
-        CONSTRAINT notes_seq PRIMARY KEY (history_id, seq),
-        CONSTRAINT notes_unit UNIQUE (history_id, unit_id)
-    );
-    CREATE TABLE pieces (
-        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
-        start INTEGER NOT NULL, "end" INTEGER NOT NULL, tokens INTEGER NOT NULL,
-        label TEXT, label_tokens INTEGER NOT NULL, block INTEGER NOT NULL, source_id TEXT,
-        PRIMARY KEY (history_id, seq, idx)
-    );
-    CREATE TABLE links (
-        history_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, id BIGSERIAL,
-        PRIMARY KEY (history_id, src, dst)
-    );
-    CREATE TABLE merged (
-        history_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
-        level INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, writer TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL, flagged INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (history_id, first_seq, last_seq, level)
-    );
-    CREATE TABLE piece_vectors (
-        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, vector BYTEA NOT NULL,
-        PRIMARY KEY (history_id, seq, idx)
-    );
-    CREATE TABLE llm_calls (
-        id BIGSERIAL PRIMARY KEY, history_id TEXT NOT NULL, seq INTEGER, purpose TEXT NOT NULL,
-        model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
-        cached INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL
-    );
-    CREATE INDEX llm_calls_by_note ON llm_calls (history_id, seq);
-    CREATE TABLE state (
-        history_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (history_id, key)
-    );
-    CREATE TABLE steps (
-        history_id TEXT NOT NULL, n INTEGER NOT NULL, step_id TEXT, data TEXT NOT NULL,
-        CONSTRAINT steps_n PRIMARY KEY (history_id, n), CONSTRAINT steps_id UNIQUE (history_id, step_id)
-    );
-    CREATE TABLE dropping (history_id TEXT PRIMARY KEY);
-    CREATE FUNCTION flexamem_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'DELETE' AND EXISTS (
-            SELECT 1 FROM dropping WHERE history_id = to_jsonb(OLD) ->> TG_ARGV[0]) THEN
-            RETURN OLD;
-        END IF;
-        RAISE EXCEPTION 'flexamem: % are write-once', TG_TABLE_NAME;
-    END $$;
-    """
-    + "".join(
-        f"""
-    CREATE TRIGGER {t}_write_once BEFORE UPDATE OR DELETE ON {t}
-        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('{"id" if t == "histories" else "history_id"}');
-    """
-        for t in (*_IMMUTABLE, "histories")
-    ),
-    # 2: each note's digest, chained over the notes before it (Memory.verify)
-    "ALTER TABLE notes ADD COLUMN digest TEXT;",
-    # 3: each history's epoch (SQLite's schema 5)
-    "ALTER TABLE histories ADD COLUMN epoch TEXT;",
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class PostgresStore(SQLStore):
@@ -160,23 +83,34 @@ class PostgresStore(SQLStore):
                     return
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(7919)")  # one migrator at a time
-                    conn.execute("CREATE TABLE IF NOT EXISTS flexamem_schema (version INTEGER NOT NULL)")
-                    row = conn.execute("SELECT version FROM flexamem_schema").fetchone()
-                    version = row[0] if row else 0
+                    version = self._stored_version(conn)
                     if version > SCHEMA_VERSION:
                         raise StoreError(f"database schema v{version} is newer than this FlexA-Mem (v{SCHEMA_VERSION})")
                     for n in range(version, SCHEMA_VERSION):
-                        conn.execute(MIGRATIONS[n])
-                    if row is None:
-                        conn.execute("INSERT INTO flexamem_schema VALUES (%s)", (SCHEMA_VERSION,))
-                    elif version != SCHEMA_VERSION:
-                        conn.execute("UPDATE flexamem_schema SET version = %s", (SCHEMA_VERSION,))
+                        if MIGRATIONS[n].postgres:
+                            conn.execute(MIGRATIONS[n].postgres)
+                    conn.execute("UPDATE flexamem_migrations SET version = %s", (SCHEMA_VERSION,))
             except self._psycopg.Error as exc:
                 raise _map_error(exc, self.path) from exc
 
+    @staticmethod
+    def _stored_version(conn: Any) -> int:
+        """The schema version in the shared numbering (inside the migrating transaction): read from
+        ``flexamem_migrations``; a database from before the shared list has only ``flexamem_schema``
+        in PostgreSQL's own numbering, translated once (``LEGACY_POSTGRES``)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS flexamem_schema (version INTEGER NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS flexamem_migrations (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT version FROM flexamem_migrations").fetchone()
+        if row is not None:
+            return int(row[0])
+        legacy = conn.execute("SELECT version FROM flexamem_schema").fetchone()
+        version = LEGACY_POSTGRES.get(int(legacy[0]), int(legacy[0])) if legacy else 0
+        conn.execute("INSERT INTO flexamem_migrations VALUES (%s)", (version,))
+        return version
+
     def _check_version(self, conn: Any) -> None:
         try:
-            row = conn.execute("SELECT version FROM flexamem_schema").fetchone()
+            row = conn.execute("SELECT version FROM flexamem_migrations").fetchone()
         except self._psycopg.Error as exc:
             raise ReadOnlyStoreError(f"{_safe(self.path)} has no FlexA-Mem schema and is open read-only") from exc
         finally:

@@ -1,13 +1,27 @@
-"""The SQLite schema as a list of migrations: a database at ``user_version`` n runs migrations n.. in order.
+"""The schema as one list of migrations, numbered alike for SQLite and PostgreSQL: a database at
+version n runs migrations n.. in order (SQLite keeps n in ``PRAGMA user_version``, PostgreSQL in the
+``flexamem_migrations`` table). Each migration says what it does in both dialects; PostgreSQL's text is
+empty where its first migration already holds the change (it started at what SQLite's third has).
 
 Never edit a shipped migration; append a new one.
 """
 
 from __future__ import annotations
 
-_IMMUTABLE = ("notes", "pieces", "links", "merged")
+from dataclasses import dataclass
 
-MIGRATIONS: list[str] = [
+_IMMUTABLE = ("notes", "pieces", "links", "merged")
+_PG_IMMUTABLE = ("notes", "pieces", "links", "merged", "steps", "piece_vectors")
+
+
+@dataclass(frozen=True)
+class Migration:
+    purpose: str
+    sqlite: str
+    postgres: str
+
+
+_SQLITE: list[str] = [
     # 1: the write-once store
     """
     CREATE TABLE histories (
@@ -111,4 +125,83 @@ MIGRATIONS: list[str] = [
         BEGIN SELECT RAISE(ABORT, 'flexamem: piece_vectors are write-once'); END;
     """,
 ]
+_POSTGRES_FIRST = """
+    CREATE TABLE histories (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE notes (
+        history_id TEXT NOT NULL REFERENCES histories(id), seq INTEGER NOT NULL,
+        unit_id TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT, date TEXT,
+        step_first INTEGER, step_last INTEGER,
+        raw TEXT NOT NULL, raw_tokens INTEGER NOT NULL,
+        record TEXT NOT NULL, record_tokens INTEGER NOT NULL,
+        fields TEXT NOT NULL, fields_tokens INTEGER NOT NULL,
+        embedding BYTEA NOT NULL, blocks TEXT NOT NULL,
+        writer TEXT NOT NULL, flagged INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        flag_reason TEXT,
+        CONSTRAINT notes_seq PRIMARY KEY (history_id, seq),
+        CONSTRAINT notes_unit UNIQUE (history_id, unit_id)
+    );
+    CREATE TABLE pieces (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,
+        start INTEGER NOT NULL, "end" INTEGER NOT NULL, tokens INTEGER NOT NULL,
+        label TEXT, label_tokens INTEGER NOT NULL, block INTEGER NOT NULL, source_id TEXT,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE links (
+        history_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, id BIGSERIAL,
+        PRIMARY KEY (history_id, src, dst)
+    );
+    CREATE TABLE merged (
+        history_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+        level INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL, writer TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, flagged INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (history_id, first_seq, last_seq, level)
+    );
+    CREATE TABLE piece_vectors (
+        history_id TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, vector BYTEA NOT NULL,
+        PRIMARY KEY (history_id, seq, idx)
+    );
+    CREATE TABLE llm_calls (
+        id BIGSERIAL PRIMARY KEY, history_id TEXT NOT NULL, seq INTEGER, purpose TEXT NOT NULL,
+        model TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        cached INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX llm_calls_by_note ON llm_calls (history_id, seq);
+    CREATE TABLE state (
+        history_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (history_id, key)
+    );
+    CREATE TABLE steps (
+        history_id TEXT NOT NULL, n INTEGER NOT NULL, step_id TEXT, data TEXT NOT NULL,
+        CONSTRAINT steps_n PRIMARY KEY (history_id, n), CONSTRAINT steps_id UNIQUE (history_id, step_id)
+    );
+    CREATE TABLE dropping (history_id TEXT PRIMARY KEY);
+    CREATE FUNCTION flexamem_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' AND EXISTS (
+            SELECT 1 FROM dropping WHERE history_id = to_jsonb(OLD) ->> TG_ARGV[0]) THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'flexamem: % are write-once', TG_TABLE_NAME;
+    END $$;
+    """ + "".join(
+    f"""
+    CREATE TRIGGER {t}_write_once BEFORE UPDATE OR DELETE ON {t}
+        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('{"id" if t == "histories" else "history_id"}');
+    """
+    for t in (*_PG_IMMUTABLE, "histories")
+)
+
+MIGRATIONS: list[Migration] = [
+    Migration("the write-once store", _SQLITE[0], _POSTGRES_FIRST),
+    Migration("the LLM writer: flag reasons, flagged merged records, accounting by note", _SQLITE[1], ""),
+    Migration("agent steps in their own table, fixed history meta, whole-history deletion", _SQLITE[2], ""),
+    Migration("each note's digest, chained (Memory.verify)", _SQLITE[3], "ALTER TABLE notes ADD COLUMN digest TEXT;"),
+    Migration(
+        "each history's epoch (a dropped history is known to its views); piece vectors write-once on SQLite",
+        _SQLITE[4],
+        "ALTER TABLE histories ADD COLUMN epoch TEXT;",
+    ),
+]
 SCHEMA_VERSION = len(MIGRATIONS)
+LEGACY_POSTGRES = {1: 3, 2: 4, 3: 5}  # PostgreSQL's own numbering before the shared list -> the shared one

@@ -90,7 +90,7 @@ class SQLiteStore(SQLStore):
             raise ReadOnlyStoreError(f"database schema v{version} needs migrating, but it is open read-only")
         with self._write():
             for n in range(self._version(), SCHEMA_VERSION):
-                for statement in _split_sql(MIGRATIONS[n]):
+                for statement in _split_sql(MIGRATIONS[n].sqlite):
                     self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
