@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 import flexamem as fm
 from flexamem_bench.baselines import StandInModel
 from flexamem_bench.conversation_data import Session
@@ -20,6 +22,20 @@ def data_root() -> Path:
     """Shared data: ``$FLEXAMEM_DATA``, else ``../shared/data`` beside the repository."""
     env = os.environ.get("FLEXAMEM_DATA")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+DATA_REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_DATA") == "1"  # CI: missing shared data is a failure
+
+
+def shared_file(*parts: str) -> Path:
+    """A file of the shared data (``data_root() / parts``)."""
+    return data_root().joinpath(*parts)
+
+
+def needs_data(path: Path) -> pytest.MarkDecorator:
+    """Skip a test when ``path`` is absent, except where the data is required (CI sets
+    ``FLEXAMEM_REQUIRE_DATA=1``): there the test runs, and fails on the missing file."""
+    return pytest.mark.skipif(not path.exists() and not DATA_REQUIRED, reason=f"no shared data at {path}")
 
 
 def tiny_history() -> QAHistory:

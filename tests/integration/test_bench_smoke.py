@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import data_root
+from ..helpers import needs_data, shared_file
 
-LOCOMO = data_root() / "locomo" / "locomo-dev.json"
+LOCOMO = shared_file("locomo", "locomo-dev.json")
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.py"
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo development file not found at {LOCOMO}"),
+    needs_data(LOCOMO),
 ]
 
 

@@ -18,6 +18,7 @@ import pytest
 import flexamem as fm
 from flexamem.cli.demo import DEMO_SESSIONS
 from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+from tests.helpers import needs_data, shared_file
 
 WHY_NOT = local_server_available()
 REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
@@ -152,18 +153,18 @@ def test_the_built_wheel_is_portable() -> None:
     assert opts and all("-DGGML_NATIVE=OFF" in p.read_text() for p in opts)
 
 
+LME = shared_file("longmemeval", "longmemeval-s-dev.json")
+
+
+@needs_data(LME)
 def test_a_real_model_reads_longmemeval_by_its_protocol(server: LocalServer, tmp_path: Path) -> None:
     """The plumbing of LongMemEval's accuracy protocol on one real dev question: the question date and
     the chain-of-note prompt reach the model, the judge of the question's type answers yes or no."""
     from flexamem_bench.datasets import longmemeval_histories
     from flexamem_bench.harness import load_rows, run
     from flexamem_bench.reader import LLMReader
-    from tests.helpers import data_root
 
-    path = data_root() / "longmemeval" / "longmemeval-s-dev.json"
-    if not path.exists():
-        pytest.skip(f"no LongMemEval dev data at {path}")
-    (h,) = [h for h in longmemeval_histories(path)[:1]]
+    h = longmemeval_histories(LME)[0]
     reader = LLMReader(llm(server, tmp_path / "cache.sqlite"), answer_tokens=200, protocol="longmemeval")
     run([h], ["auto"], [2048], tmp_path / "out", progress=False, reader=reader)
     (row,) = load_rows(tmp_path / "out")

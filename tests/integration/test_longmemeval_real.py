@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from flexamem.cli import main
-from tests.helpers import data_root
+from tests.helpers import needs_data, shared_file
 
 pytestmark = pytest.mark.integration
 
-DATA = data_root() / "longmemeval" / "longmemeval-s-dev.json"
+DATA = shared_file("longmemeval", "longmemeval-s-dev.json")
 
 
-@pytest.mark.skipif(not DATA.exists(), reason=f"no LongMemEval dev data at {DATA}")
+@needs_data(DATA)
 def test_the_harness_runs_three_real_questions(tmp_path: Path) -> None:
     out = tmp_path / "lme"
     methods = "auto,auto-part-turns,dense-turns,hybrid-turns,piece-retrieval"

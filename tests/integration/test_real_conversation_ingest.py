@@ -7,14 +7,12 @@ import pytest
 import flexamem as fm
 from flexamem_bench.conversation_data import load_locomo
 
-from ..helpers import data_root
+from ..helpers import needs_data, shared_file
 
-LOCOMO = data_root() / "locomo" / "locomo-dev.json"
+LOCOMO = shared_file("locomo", "locomo-dev.json")
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not LOCOMO.exists(), reason=f"LoCoMo development file not found at {LOCOMO} (set FLEXAMEM_DATA)"
-    ),
+    needs_data(LOCOMO),
 ]
 
 
