@@ -25,22 +25,30 @@ MAX_DEPTH = 32  # nesting of lists and dicts inside one message (content parts, 
 MAX_MESSAGES = 1024  # messages one step may record
 
 
-def _depth_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be stored and shown again: nested deeper than ``MAX_DEPTH``, or holding a
-    value JSON cannot keep (checked without recursion, so any depth is refused cleanly)."""
+def json_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
+    """Why ``value`` cannot be stored as JSON and read back: nested deeper than ``max_depth``, a key
+    that is not a string, a value of another type, NaN or infinity, or a string that is not valid
+    UTF-8 (a lone surrogate). Checked without recursion, so any depth is refused cleanly; None: fine.
+    The one such check (step messages here, MCP requests in ``server/mcp.py``)."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"is nested deeper than {MAX_DEPTH} levels"
+        if depth > max_depth:
+            return f"is nested deeper than {max_depth} levels"
         if isinstance(item, Mapping):
             for k, v in item.items():
                 if not isinstance(k, str):
                     return f"has a key that is not a string ({type(k).__name__})"
+                stack.append((k, depth + 1))
                 stack.append((v, depth + 1))
         elif isinstance(item, list | tuple):
             stack.extend((v, depth + 1) for v in item)
-        elif item is not None and not isinstance(item, str | int | float | bool):
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "holds text that is not valid Unicode (a lone surrogate)"
+        elif item is not None and not isinstance(item, int | float | bool):
             return f"holds a {type(item).__name__}, which JSON cannot store"
         elif isinstance(item, float) and not math.isfinite(item):
             return "holds a number JSON cannot store (NaN or infinity)"
@@ -70,13 +78,13 @@ def message_problem(m: Any) -> str | None:
     """What makes ``m`` unusable as a chat message FlexA-Mem stores and shows again, or None: a dict
     with a known string ``role``; ``content`` a string, a list of parts (dicts) or null; well-formed
     ``tool_calls``; string ``tool_call_id`` and ``name``; JSON-storable, nested at most ``MAX_DEPTH``
-    deep, valid UTF-8 throughout."""
+    deep, valid UTF-8 throughout (:func:`json_problem`)."""
     if not isinstance(m, Mapping):
         return f"must be a dict, got {type(m).__name__}"
     role = m.get("role")
     if not isinstance(role, str) or role not in ROLES:
         return f"has no known role (one of {', '.join(sorted(ROLES))})"
-    problem = _depth_problem(m)
+    problem = json_problem(m)
     if problem:
         return problem
     content = m.get("content")
@@ -96,10 +104,6 @@ def message_problem(m: Any) -> str | None:
     for key in ("tool_call_id", "name"):
         if m.get(key) is not None and not isinstance(m[key], str):
             return f"{key} must be a string"
-    try:
-        json.dumps(dict(m), ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as exc:
-        return f"cannot be stored as JSON: {exc}"
     return None
 
 

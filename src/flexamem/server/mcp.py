@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from flexamem.budget import budget_for
+from flexamem.chat import json_problem
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.memory import Memory
 
@@ -105,27 +106,6 @@ def _error(mid: Any, code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": mid, "error": {"code": code, "message": message}}).encode() + b"\n"
 
 
-def _text_problem(value: Any) -> str | None:
-    """A value nested deeper than ``MAX_DEPTH`` or holding a string that is not valid Unicode (a lone
-    surrogate from a ``\\ud800`` escape), checked without recursion."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"nested deeper than {MAX_DEPTH} levels"
-        if isinstance(item, dict):
-            stack.extend((k, depth + 1) for k in item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "a string is not valid Unicode (a lone surrogate)"
-    return None
-
-
 def screen(line: bytes) -> tuple[bytes | None, bool]:
     """One line from the client: ``(reply, forward)``. Lines the SDK would drop without an answer get a
     JSON-RPC error here instead (a parse error for what is not one JSON object; invalid request or
@@ -158,7 +138,7 @@ def screen(line: bytes) -> tuple[bytes | None, bool]:
     elif "params" in msg and not isinstance(msg["params"], dict):
         problem, code = "params must be an object", INVALID_PARAMS
     else:
-        problem = _text_problem(msg)
+        problem = json_problem(msg, MAX_DEPTH)
         code = INVALID_PARAMS
     if problem is None:
         return None, True
