@@ -108,15 +108,10 @@ class AgentSession:
             core.write(pending, retry=False)
 
     def _alive(self) -> None:
-        """Catch up with the store; :class:`HistoryDroppedError` when the session was deleted."""
-        try:
-            with self.core.lock:
-                self.core.sync()
-        except HistoryDroppedError:
-            raise HistoryDroppedError(
-                f"agent session {self.session_id!r} was deleted (Memory.drop, drop_session or DELETE): "
-                "start a new session"
-            ) from None
+        """Catch up with the store; :class:`HistoryDroppedError` when the session was deleted (the core
+        is pinned). A step needs no call of its own: its write catches up first."""
+        with self.core.lock:
+            self.core.sync()
 
     def _set_state(self, key: str, value: Any) -> None:
         """Session state (written through; a read-only store keeps it in this process only)."""
@@ -178,7 +173,6 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
-        self._alive()
         with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             self.core.write(drafts, [] if not drafts else None, steps=[row], retry=False)
         return row.n + 1
@@ -197,7 +191,7 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
-        await asyncio.to_thread(self._alive)
+        await asyncio.to_thread(self._alive)  # before paying for the records of a deleted session
         with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
             records = await self.core.awrite_records(drafts)
             await asyncio.to_thread(self.core.write, drafts, records, steps=[row], retry=False)
@@ -332,16 +326,14 @@ class AgentSession:
         self._alive()
         with self.core.lock:  # resolved against the notes as just caught up with
             positions = self.core.positions(order) if order is not None else None
-        key = (len(self.steps), len(self.core.history), mode, options or RenderOptions(), tuple(positions or ()))
+        key = (len(self.steps), len(self.core.history), mode, options, tuple(positions or ()))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
         context = self._context(options, mode, positions)
         self._last = (key, context)
         return context
 
-    def _context(
-        self, options: RenderOptions | None, mode: str, positions: Sequence[int] | None = None
-    ) -> AgentContext:
+    def _context(self, options: RenderOptions, mode: str, positions: Sequence[int] | None = None) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
         p = messages_tokens(fixed, self.counter)
@@ -371,9 +363,9 @@ class AgentSession:
         reference = ceiling - p - self.budget // 4 - overhead
         if allowance <= 0:
             if mode == "auto" and first > 0:
-                return self._cut_with_memory(fixed, ceiling, p, overhead, first, options or RenderOptions())
+                return self._cut_with_memory(fixed, ceiling, p, overhead, first, options)
             return self.cut_newest(fixed, ceiling, first)
-        rendering = self._render(allowance, reference, first, options or RenderOptions(), mode, order=positions)
+        rendering = self._render(allowance, reference, first, options, mode, order=positions)
         messages = list(fixed)
         if rendering.text:
             messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})

@@ -150,7 +150,10 @@ class HistoryCore:
                 epoch, stored = self.store.history_head(self.history_id)
                 if self.epoch is not None and epoch != self.epoch:
                     if self.pinned:
-                        raise HistoryDroppedError(f"{self.history_id!r} was deleted")
+                        raise HistoryDroppedError(
+                            f"{self.history_id!r} was deleted (Memory.drop, drop_session or DELETE): "
+                            "this agent session cannot go on, start a new one"
+                        )
                     self.reset()
                 elif self._history is None:
                     self.reset()
@@ -194,7 +197,7 @@ class HistoryCore:
             raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
         history = self.history
         seq = history.unit_ids.get(unit_id)
-        label = unit_id[1:]
+        label = unit_id[1:]  # ``u<ASCII digits>``: "u²" and "u٣" are digits to str.isdigit, not labels
         if (
             seq is None
             and unit_id[:1] == "u"
@@ -202,7 +205,7 @@ class HistoryCore:
             and label.isdigit()
             and 0 < int(label) <= len(history)
         ):
-            seq = int(unit_id[1:]) - 1
+            seq = int(label) - 1
         if seq is None:
             raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
         return seq

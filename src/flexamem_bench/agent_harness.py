@@ -113,7 +113,7 @@ def run_trajectories(
             rows.flush()
             finished.flush()
             if bar:
-                bar.step(f"{traj.traj_id} {method} {budget}")
+                bar.step()
     return out / "per_question.jsonl"
 
 

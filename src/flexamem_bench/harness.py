@@ -58,7 +58,7 @@ class Progress:
         self.total, self.done = total, 0
         self.show = progress_bar(label)
 
-    def step(self, label: str, n: int = 1) -> None:
+    def step(self, n: int = 1) -> None:
         self.done += n
         self.show(self.done, self.total)
 
@@ -136,7 +136,7 @@ def run(
             except FlexaMemError as exc:
                 errors.write(json.dumps({"history": h.history_id, "error": f"ingest failed: {exc}"}) + "\n")
                 if bar:
-                    bar.step(h.history_id, len(todo))
+                    bar.step(len(todo))
                 continue
             turns = h.turn_texts()
             pieces = _turn_pieces(ctx.mem)
@@ -178,7 +178,7 @@ def run(
                 except FlexaMemError as exc:
                     errors.write(json.dumps({"item": q.item_id, "method": m, "budget": b, "error": str(exc)}) + "\n")
                 if bar:
-                    bar.step(f"{h.history_id} {m} {b}")
+                    bar.step()
             rows.flush()
             if turn_file is not None and "turns" in ctx.extra and not turn_file.exists():
                 np.save(turn_file, ctx.turns()[1])

@@ -81,6 +81,11 @@ def hybrid_scores(
         history, terms, vector, n, dense=alpha < 1, stemmed=stemmed, piece_vectors=piece_vectors,
         identifiers=identifiers,
     )  # fmt: skip
+    return fuse(bm, cos, alpha)
+
+
+def fuse(bm: np.ndarray, cos: np.ndarray | None, alpha: float) -> np.ndarray:
+    """``alpha * bm + (1 - alpha) * cos``, per piece (BM25 alone when there is no cosine)."""
     if cos is None:
         return bm
     fused: np.ndarray = alpha * bm + (1.0 - alpha) * cos

@@ -25,7 +25,7 @@ import numpy as np
 from flexamem.config import Settings, refuse_unknown_arguments
 from flexamem.errors import InvalidInputError
 from flexamem.history import History
-from flexamem.recover.hybrid import hybrid_parts, hybrid_ranking, turn_scores
+from flexamem.recover.hybrid import fuse, hybrid_parts, hybrid_ranking, turn_scores
 from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
 from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
 from flexamem.render import format as fmt
@@ -326,7 +326,7 @@ class Renderer:
                 piece_vectors=options.piece_vectors,
                 identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
             )
-            scores = bm if cos is None else alpha * bm + (1.0 - alpha) * cos
+            scores = fuse(bm, cos, alpha)
             per_turn = None
             if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
                 per_turn = turn_scores(self.history, bm, cos, alpha=alpha, spread=s.auto_alpha_spread)

@@ -227,10 +227,10 @@ class Memories:
 
     def existing(self, tenant: str, history: str) -> Memory:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
-        mem = self.get(tenant, history)
-        if self.store.history_kind(mem.history_id) is None and not mem.sessions():
-            raise NotFound(f"no history {history!r}")
-        return mem
+        hid = f"{tenant}/{history}"
+        if self.store.history_kind(hid) is None and not Memory(store=self.store, history=hid).sessions():
+            raise NotFound(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
+        return self.get(tenant, history)
 
     def histories(self, tenant: str) -> list[dict[str, Any]]:
         prefix = f"{tenant}/"

@@ -24,7 +24,7 @@ from flexamem.store.base import MergedRecord, StepRow
 from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
 HISTORY_COLUMNS = "id, kind, meta, created_at, epoch"
-NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, '{{}}', ?, ?) ON CONFLICT (id) DO NOTHING"
+NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
 MERGED_COLUMNS = "first_seq, last_seq, level, text, tokens, writer, flagged"
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
@@ -64,11 +64,7 @@ class SQLStore:
         rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
         if not rows:  # another process may create it first: the first meta wins
             with self._write() as conn:
-                self._run(
-                    conn,
-                    f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                    (history, kind, json.dumps(meta or {}), time.time(), new_epoch()),
-                )
+                self._run(conn, NEW_HISTORY, (history, kind, json.dumps(meta or {}), time.time(), new_epoch()))
             rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
         if rows[0][0] != kind:
             raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
@@ -118,7 +114,7 @@ class SQLStore:
         if row is None:
             if not create or kind is None:
                 raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
-            self._run(conn, NEW_HISTORY, (history, kind, time.time(), epoch))
+            self._run(conn, NEW_HISTORY, (history, kind, "{}", time.time(), epoch))
             row = self._run(conn, head, (history,)).fetchone()
         if row[1] != epoch:
             if create:
@@ -147,7 +143,7 @@ class SQLStore:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, create, kind)
             elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
-                self._run(conn, NEW_HISTORY, (history, kind, now, new_epoch()))
+                self._run(conn, NEW_HISTORY, (history, kind, "{}", now, new_epoch()))
                 stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
                 if stored != kind:
                     raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
