@@ -18,7 +18,15 @@ from flexamem_bench.harness import Progress, load_rows, summarise
 from flexamem_bench.replay import AGENT_METHODS, Full, Method, StepContext, effective_budget, measure_step
 from flexamem_bench.trajectories import Trajectory
 
-AGENT_MEASURES = ("detail_recall", "trace_coverage", "repeat_visible", "tokens", "latency_ms")
+AGENT_MEASURES = (
+    "detail_recall",
+    "detail_recall_json",
+    "file_shown",
+    "trace_coverage",
+    "repeat_visible",
+    "tokens",
+    "latency_ms",
+)
 
 
 def replay(

@@ -17,6 +17,7 @@ Steps are measured only where memory is active (the full history would exceed ``
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,11 +32,20 @@ from flexamem.memory import Memory
 from flexamem.notes import Note
 from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
-from flexamem.render.messages import messages_tokens
+from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
 from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
 from flexamem.write.records import RuleWriter
 from flexamem.write.units import agent_unit
+from flexamem_bench.details import (
+    commands_of,
+    details_of,
+    displays_in,
+    listed_paths,
+    occurs,
+    readable,
+    shown_displays,
+)
 from flexamem_bench.methods import score_ranks, span_texts
 from flexamem_bench.trajectories import Trajectory, TrajStep
 
@@ -155,14 +165,21 @@ class Truncation(Method):
 
 
 class Masking(Method):
-    """Tool outputs older than the last 10 steps become a placeholder (or, with ``rule_log``, a
+    """Observations older than the last 10 steps become a placeholder (or, with ``rule_log``, a
     rule-written outcome line) once the context would exceed the ceiling, more while it still does;
-    then the oldest steps are dropped (with ``rule_log``, into a rule-written log message)."""
+    then the oldest steps are dropped (with ``rule_log``, into a rule-written log message). An
+    observation is a tool message, or the user message answering a text command (a fenced ``bash``
+    block, as mini-swe-agent's text actions); the user's replies in conversations are never masked.
+
+    The search for how much to mask and drop adds per-step token counts (each step's two forms are
+    counted once); only the chosen context is built and counted whole."""
 
     def __init__(self, traj: Trajectory, budget: int, rule_log: bool) -> None:
         super().__init__(traj, budget)
         self.rule_log = rule_log
         self._outcomes: dict[int, str] = {}
+        self._masked: dict[int, list[Message]] = {}
+        self._sizes: dict[int, tuple[int, int, int]] = {}  # step -> (tokens whole, tokens masked, log line)
 
     def outcome(self, i: int) -> str:
         if i not in self._outcomes:
@@ -170,6 +187,31 @@ class Masking(Method):
             unit = agent_unit([step], unit_id=f"s{i}")
             self._outcomes[i] = RuleWriter().write_record(unit).text
         return self._outcomes[i]
+
+    def masked(self, i: int) -> list[Message]:
+        """Step ``i``'s messages with its observations replaced."""
+        if i not in self._masked:
+            msgs = self.session.step_messages([i])
+            text_command = any(m.get("role") == "assistant" and not m.get("tool_calls") for m in msgs) and bool(
+                commands_of(msgs)
+            )
+            mark = f"[outcome] {self.outcome(i)}" if self.rule_log else PLACEHOLDER
+            self._masked[i] = [
+                {**m, "content": mark} if m.get("role") == "tool" or (text_command and m.get("role") == "user") else m
+                for m in msgs
+            ]
+        return self._masked[i]
+
+    def sizes(self, i: int) -> tuple[int, int, int]:
+        if i not in self._sizes:
+            counter = self.session.counter
+            log_line = counter.count(self.outcome(i)) + 1 if self.rule_log else 0
+            self._sizes[i] = (
+                self.session.unit_tokens([i]),
+                sum(message_tokens(m, counter) for m in self.masked(i)),
+                log_line,
+            )
+        return self._sizes[i]
 
     def _messages(self, masked_before: int, dropped: int) -> list[Message]:
         s = self.session
@@ -182,34 +224,39 @@ class Masking(Method):
                 }
             )
         for i in range(dropped, len(s.steps)):
-            for m in s.step_messages([i]):
-                if i < masked_before and m.get("role") == "tool":
-                    m = {**m, "content": f"[outcome] {self.outcome(i)}" if self.rule_log else PLACEHOLDER}
-                out.append(m)
+            out += self.masked(i) if i < masked_before else s.step_messages([i])
         return out
 
+    def _estimate(self, fixed_tokens: int, masked_before: int, dropped: int) -> int:
+        total = fixed_tokens + sum(
+            self.sizes(i)[1 if i < masked_before else 0] for i in range(dropped, len(self.session.steps))
+        )
+        if self.rule_log and dropped:
+            total += MESSAGE_OVERHEAD + 8 + sum(self.sizes(i)[2] for i in range(dropped))
+        return total
+
     def context(self) -> StepContext:
-        fixed, _, ceiling = self.fixed()
+        fixed, p, ceiling = self.fixed()
         s = self.session
         n = len(s.steps)
         unit_of = self.unit_of_step()
-        masked_before, dropped = 0, 0
-        msgs = fixed + self._messages(0, 0)
-        keep = KEEP_OUTPUTS
-        while messages_tokens(msgs, s.counter) > ceiling:
-            if keep > 0 and masked_before < n - keep:
-                masked_before = n - keep
-            elif keep > 1:
-                keep -= 1
-                masked_before = n - keep
-            elif dropped < n - 1:
-                dropped += 1
-            else:
-                break
+        masked_before, dropped, keep = 0, 0, KEEP_OUTPUTS
+        while True:
+            while self._estimate(p, masked_before, dropped) > ceiling:
+                if keep > 0 and masked_before < n - keep:
+                    masked_before = n - keep
+                elif keep > 1:
+                    keep -= 1
+                    masked_before = n - keep
+                elif dropped < n - 1:
+                    dropped += 1
+                else:
+                    break
             msgs = fixed + self._messages(masked_before, dropped)
-            if self.rule_log and dropped and messages_tokens(msgs, s.counter) > ceiling:
-                continue
-        tokens = messages_tokens(msgs, s.counter)
+            tokens = messages_tokens(msgs, s.counter)
+            if tokens <= ceiling or dropped >= n - 1:
+                break
+            dropped += 1  # the estimate was short by a token or two (joins in the log)
         if tokens > ceiling and self.rule_log:  # the log itself is too long: fall back to plain drops
             msgs = fixed + self._messages(masked_before, dropped)[1:]
             tokens = messages_tokens(msgs, s.counter)
@@ -337,22 +384,78 @@ def effective_budget(traj: Trajectory, budget: int, part: str, counter: Any) -> 
     return budget + budget_for(0, messages_tokens(fixed, counter))
 
 
+def shown_text(messages: list[Message]) -> str:
+    """What a context shows, as text: contents and each tool call as ``name(arguments)``, with JSON
+    string escapes read (:func:`flexamem_bench.details.readable`)."""
+    parts = []
+    for m in messages:
+        if m.get("content"):
+            parts.append(str(m["content"]))
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function", {}) if isinstance(c, dict) else {}
+            parts.append(f"{fn.get('name')}({fn.get('arguments')})")
+    return readable("\n".join(parts))
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the measures need of a trajectory before call ``t``, the same for every method."""
+
+    details: tuple[str, ...]  # the next action's details seen in an earlier observation
+    displayed: tuple[str, ...]  # files displayed before the call
+    not_displayed: tuple[str, ...]  # as many files listed (ls / find / grep) but not displayed
+
+
+_FACTS: dict[tuple[str, int], CallFacts] = {}
+
+
+def call_facts(traj: Trajectory, t: int) -> CallFacts:
+    """The details and files of call ``t`` (computed once per trajectory and call)."""
+    key = (traj.traj_id, t)
+    if key not in _FACTS:
+        if len(_FACTS) > 20_000:
+            _FACTS.clear()
+        commands = commands_of(traj.steps[t].messages)
+        details = list(dict.fromkeys(d for c in commands for d in details_of(c)))
+        details += [leaf for c in traj.steps[t].calls if isinstance(c.arguments, dict) for leaf in _leaves(c.arguments)]
+        earlier = [st.observation for st in traj.steps[:t]]
+        seen = tuple(d for d in dict.fromkeys(details) if any(occurs(d, o) for o in earlier))
+        displayed = list(
+            dict.fromkeys(path for st in traj.steps[:t] for c in commands_of(st.messages) for path, _ in displays_in(c))
+        )
+        listed = {path for o in earlier for path in listed_paths(o)} - set(displayed)
+        others = sorted(listed, key=lambda p: hashlib.sha1(p.encode()).hexdigest())[: len(displayed)]
+        _FACTS[key] = CallFacts(seen, tuple(displayed), tuple(others))
+    return _FACTS[key]
+
+
 def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[str, Any]:
     s = m.session
     text = context_text(ctx.messages)
     fixed_text = context_text(s.fixed_messages())
     units = s.units()
     first = s.window(units)
-    window_text = context_text(s.step_messages(i for k in range(first, len(units)) for i in units[k]))
+    window_messages = s.step_messages(i for k in range(first, len(units)) for i in units[k])
+    window_text = context_text(window_messages)
     earlier = "\n".join(st.action + "\n" + st.observation for st in traj.steps[:t])
-    needed = [
+    needed_json = [
         v
         for c in traj.steps[t].calls
         if isinstance(c.arguments, dict)
         for v in _leaves(c.arguments)
         if v in earlier and v not in fixed_text and v not in window_text
     ]
-    needed = list(dict.fromkeys(needed))
+    needed_json = list(dict.fromkeys(needed_json))
+    facts = call_facts(traj, t)
+    shown = shown_text(ctx.messages)
+    known = shown_text(s.fixed_messages()) + "\n" + shown_text(window_messages)
+    needed = [d for d in facts.details if not occurs(d, known)]
+    on_view = shown_displays(shown)
+    rates = []
+    if facts.displayed:
+        rates.append(sum(p in on_view for p in facts.displayed) / len(facts.displayed))
+    if facts.not_displayed:
+        rates.append(sum(p not in on_view for p in facts.not_displayed) / len(facts.not_displayed))
     repeats: list[bool] = []
     for c in traj.steps[t].calls:
         for prev in traj.steps[:t]:
@@ -361,7 +464,9 @@ def measure_step(traj: Trajectory, t: int, ctx: StepContext, m: Method) -> dict[
                 repeats.append(bool(out) and out in text)
                 break
     return {
-        "detail_recall": (sum(v in text for v in needed) / len(needed)) if needed else None,
+        "detail_recall": (sum(occurs(d, shown) for d in needed) / len(needed)) if needed else None,
+        "detail_recall_json": (sum(v in text for v in needed_json) / len(needed_json)) if needed_json else None,
+        "file_shown": (sum(rates) / len(rates)) if facts.displayed else None,
         "trace_coverage": len(ctx.represented & set(range(len(units)))) / max(len(units), 1),
         "repeat_visible": (sum(repeats) / len(repeats)) if repeats else None,
         "tokens": ctx.tokens,
