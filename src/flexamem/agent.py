@@ -43,11 +43,12 @@ from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.store.base import StepRow
-from flexamem.text import clean_text, query_terms
-from flexamem.write.units import agent_unit, pack_steps, step_text_tokens
+from flexamem.text import clean_text, code_terms, query_terms
+from flexamem.write.units import agent_unit, command_of, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
+TRACE_HEADER = "Commands run before the recent steps, oldest first:\n"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class AgentSession:
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
         self._step_ids: dict[str, int] = {}
+        self._trace_lines: dict[int, tuple[str, int] | None] = {}  # step index -> its trace line and tokens
         self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         for row in core.store.load_steps(core.history_id):
             step, msgs = _stored_step(row)
@@ -242,6 +244,7 @@ class AgentSession:
             yield row, self._left_drafts()
         except BaseException:
             self.steps.pop()
+            self._trace_lines.pop(len(self.steps), None)
             self._messages.pop()
             self._raw_tokens.pop()
             self._msg_tokens.pop()
@@ -365,13 +368,55 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options)
             return self.cut_newest(fixed, ceiling, first)
-        rendering = self._render(allowance, reference, first, options, mode, order=positions)
+        trace, trace_tokens = "", 0
+        if mode == "auto" and options.commands and first > 0:
+            trace = self._trace(units[first][0] if first < len(units) else len(self.steps), allowance)
+            trace_tokens = self.counter.count(trace) + 1 if trace else 0
+        rendering = self._render(
+            allowance - trace_tokens, reference - trace_tokens, first, options, mode, order=positions
+        )
         messages = list(fixed)
-        if rendering.text:
-            messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})
+        text = "\n".join(t for t in (trace, rendering.text) if t)
+        if text:
+            messages.append({"role": "user", "content": MEMORY_HEADER + text})
         messages += window
         tokens = messages_tokens(messages, self.counter)
+        if tokens > ceiling and trace:  # the join cost a token more than counted: leave the trace out
+            messages = [m for m in messages if m.get("content") != MEMORY_HEADER + text]
+            if rendering.text:
+                messages.insert(len(fixed), {"role": "user", "content": MEMORY_HEADER + rendering.text})
+            tokens = messages_tokens(messages, self.counter)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
+
+    def _trace(self, upto: int, allowance: int) -> str:
+        """The command trace of steps ``0..upto-1`` within ``agent_trace_share`` of the allowance: one
+        line per step that ran a command (``step N: command``), the newest kept when not all fit."""
+        s = self.core.settings
+        room = int(s.agent_trace_share * allowance) - self.counter.count(TRACE_HEADER)
+        lines: list[str] = []
+        for i in range(upto - 1, -1, -1):
+            line = self._trace_line(i)
+            if line is None:
+                continue
+            if line[1] + 1 > room:
+                break
+            lines.append(line[0])
+            room -= line[1] + 1
+        return TRACE_HEADER + "\n".join(reversed(lines)) if lines else ""
+
+    def _trace_line(self, i: int) -> tuple[str, int] | None:
+        if i not in self._trace_lines:
+            command = command_of(self.steps[i].action)
+            line = None
+            if command is not None:
+                text = f"step {self.steps[i].number}: {command}"
+                ids = self.counter.encode(text)
+                limit = self.core.settings.agent_trace_line_tokens
+                if len(ids) > limit:
+                    text = self.counter.decode(ids[: limit - 2]).rstrip("\ufffd") + " …"
+                line = (text, self.counter.count(text))
+            self._trace_lines[i] = line
+        return self._trace_lines[i]
 
     def _chat_safe(self, messages: list[Message], tokens: int) -> tuple[list[Message], int]:
         """``messages`` valid for the OpenAI chat API (a window can begin with a tool reply whose call
@@ -417,6 +462,7 @@ class AgentSession:
             vector=lambda: self.query_vector(newest),
             agent=True,
             order=order,
+            code=list(dict.fromkeys(code_terms(self.task + "\n" + newest))),
         )
         spans = self._spans
         renderer = mem.renderer

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from flexamem.errors import InvalidInputError
 
-_MAY_BE_ZERO = frozenset({"agent_auto_identifiers"})
+_MAY_BE_ZERO = frozenset({"agent_auto_identifiers", "agent_auto_code"})
 
 
 T = TypeVar("T")
@@ -98,6 +98,19 @@ class Settings:
     codes, numbers, dates) scores up to this much more (a third per identifier, up to three), on top
     of its max-normalised BM25: the values an agent passes back verbatim live in such pieces."""
 
+    agent_auto_code: float = 1.0
+    """``auto`` in agent sessions: the weight of a second BM25 over names of code kept whole (paths,
+    dotted, snake_case and CamelCase names: :func:`flexamem.text.code_terms`), max-normalised and added
+    to the piece score; BM25 over words splits ``table_alias`` into two common words."""
+
+    agent_trace_share: float = 0.25
+    """``auto`` in agent sessions: the command trace (every past step's command on a line of its own,
+    as :func:`flexamem.write.units.command_of` reads it) takes at most this share of the allowance;
+    when longer, the newest commands are kept. Records and pieces get the rest."""
+
+    agent_trace_line_tokens: int = 40
+    """``auto`` in agent sessions: a command longer than this is cut (with ``…``) in the trace."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -116,8 +129,8 @@ class Settings:
             raise InvalidInputError("setting kappa must be at least 4 tokens (one character can take 4)")
         if not self.lam < 1:
             raise InvalidInputError("setting lam (lambda) must be below 1")
-        if not self.rho <= 1:
-            raise InvalidInputError("setting rho must be at most 1")
+        if not (self.rho <= 1 and self.agent_trace_share <= 1):
+            raise InvalidInputError("settings rho and agent_trace_share must be at most 1")
         if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
             raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from flexamem.notes import Note, Piece
 from flexamem.recover.bm25 import BM25Index, count_pairs
-from flexamem.text import content_words, is_identifier, stem, stemmed
+from flexamem.text import code_terms, content_words, is_identifier, stem, stemmed
 
 BULK = 256  # pieces from which a load indexes in bulk
 
@@ -38,6 +38,7 @@ class History:
         self.piece_vector_ready: list[bool] = []
         self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
+        self.code_index = BM25Index()  # same docs, over names of code kept whole (text.code_terms)
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
@@ -55,6 +56,7 @@ class History:
         if not notes and not links:
             return
         docs: list[list[str]] = []
+        code: list[list[str]] = []
         for note in notes:
             if note.seq != len(self.notes):
                 raise ValueError(f"note seq {note.seq} out of order (expected {len(self.notes)})")
@@ -67,11 +69,12 @@ class History:
             previous: object = None
             for piece in note.pieces:
                 docs.append(content_words(piece.text))
+                code.append(code_terms(piece.text))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
                 previous = turn
-        self._index(docs)
+        self._index(docs, code)
         if notes:
             start = len(self.notes) - len(notes)
             self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
@@ -80,15 +83,18 @@ class History:
             if b not in self.links[a]:
                 self.links[a].append(b)
 
-    def _index(self, docs: list[list[str]]) -> None:
-        """Add the new pieces' words to both BM25 indexes and count their identifier words: one by one
+    def _index(self, docs: list[list[str]], code: list[list[str]]) -> None:
+        """Add the new pieces' words to the BM25 indexes and count their identifier words: one by one
         for a few (a write), in bulk with numpy for many (a history's load)."""
         if len(docs) < BULK:
+            for names in code:
+                self.code_index.add(names)
             for words in docs:
                 self.index.add(words)
                 self.stem_index.add(stemmed(words))
                 self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
             return
+        self.code_index.add_many(code)
         pairs = count_pairs(docs)
         self.index.add_pairs(pairs)
         self.stem_index.add_pairs(pairs, transform=stem)

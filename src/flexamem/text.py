@@ -264,6 +264,48 @@ def is_identifier(word: str) -> bool:
 
 
 _DIGIT = re.compile(r"\d")
+_CODE_TOKEN = re.compile(r"[A-Za-z_][\w./-]*\w")
+_CODE_SPLIT = re.compile(r"[./]")
+
+
+def _is_code_name(token: str) -> bool:
+    inner = token.strip("_")
+    return (
+        len(token) >= 4
+        and not _DIGIT.search(token)
+        and (
+            "_" in inner
+            or "." in token
+            or "/" in token
+            or (token[0].islower() and any(c.isupper() for c in token))
+            or (token[0].isupper() and any(c.isupper() for c in token[1:]) and any(c.islower() for c in token))
+        )
+    )
+
+
+def code_terms(text: str) -> list[str]:
+    """Names of code, kept whole and exact: snake_case, dotted names, paths and CamelCase of 4+
+    characters (``join.table_alias``, ``sql/query.py``, ``FilteredRelation``), each with the parts of a
+    dotted name or path that are names themselves (``table_alias``, ``query.py``); repeats kept. Plain
+    words are left to BM25 over words, which splits these names; JSON object keys and names holding a
+    digit (ids and codes of data, such as ``sara_doe_496``: BM25 keeps their digit parts) are left out."""
+    out: list[str] = []
+    for m in _CODE_TOKEN.finditer(text):
+        if text.startswith('":', m.end()) and m.start() > 0 and text[m.start() - 1] == '"':
+            continue  # a JSON object's key: the schema of a tool output, not a name the agent chose
+        token = m.group(0).rstrip(".-/")
+        if not _is_code_name(token):
+            continue
+        out.append(token)
+        if "." in token or "/" in token:
+            parts = _CODE_SPLIT.split(token)
+            out += [p for p in parts if p != token and _is_code_name(p)]
+            base = token.rsplit("/", 1)[-1]
+            if base != token and _is_code_name(base):
+                out.append(base)
+    return out
+
+
 _STEMS: dict[str, str] = {}
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flexamem.chat import ROLES
 from flexamem.errors import InvalidInputError
 
 MAX_OBSERVATION_CHARS = 200_000  # a larger tool output is kept, cut, with a mark
@@ -107,6 +108,7 @@ def from_messages(traj_id: str, messages: list[dict[str, Any]], system: str = ""
     """Steps from OpenAI-style messages (tool calls as OpenAI ``function`` or tau2 flat dicts)."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise InvalidInputError(f"trajectory {traj_id}: messages must be a list of objects")
+    messages = [m for m in messages if m.get("role") in ROLES]  # e.g. mini-swe-agent 2's closing "exit" mark
     problems: list[str] = []
     system_parts = [system] if system else []
     task = ""

@@ -36,11 +36,15 @@ def hybrid_parts(
     stemmed: bool = True,
     piece_vectors: bool = True,
     identifiers: float = 0.0,
+    code: float = 0.0,
+    code_terms: Sequence[str] = (),
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The two halves of the fused score of every piece of notes ``0..n-1`` (by BM25 doc id): BM25
     divided by its maximum (plus the identifier prior), and the cosine to the query (None unless
     ``dense``; ``vector`` is only asked for then).
 
+    ``code`` weighs a second BM25 over names of code kept whole (``code_terms`` against the history's
+    ``code_index``), for agent histories where the next call reuses exact paths and names.
     ``terms`` must already be stemmed when ``stemmed`` is set. ``piece_vectors=False`` scores every
     piece by its note's embedding (the ablation, and what a history written without vectors gets).
     """
@@ -54,6 +58,13 @@ def hybrid_parts(
         bm /= top
     if identifiers > 0:  # a prior for pieces holding identifiers (up to 3 of them count)
         bm += identifiers * np.minimum(history.doc_arrays()[2][:limit], 3.0) / 3.0
+    if code > 0 and code_terms:  # names of code matched whole: BM25 over them, max-normalised
+        code_docs, code_scores = history.code_index.search(code_terms)
+        keep = code_docs < limit
+        if keep.any():
+            exact = np.zeros(limit, dtype=np.float64)
+            exact[code_docs[keep]] = code_scores[keep]
+            bm += code * exact / float(exact.max())
     if not dense:
         return bm, None
     if piece_vectors:

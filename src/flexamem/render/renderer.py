@@ -64,6 +64,8 @@ class RenderOptions:
     atomic_turns: bool = True  # False: a ranked turn may be shown in part (those of its pieces that fit)
     adaptive_alpha: bool = True  # False: every query fuses BM25 and cosine with the fixed auto_alpha
     tight_timeline: bool = True  # False: a timeline that cannot merge down to auto_rho keeps up to rho
+    commands: bool = True  # False: no command trace in agent sessions (every past command on a line)
+    code_terms: bool = True  # False: no BM25 over names of code kept whole (agent sessions)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -128,6 +130,7 @@ class Query:
     vector: Callable[[], np.ndarray]  # lazy: piece recovery rarely needs it
     agent: bool = False  # an agent session's call: ``auto`` ranks with the agent profile
     order: Sequence[int] | None = None  # unit recovery: the caller's candidate order instead of ``g``
+    code: Sequence[str] = ()  # names of code in the query, kept whole (agent ``auto``: text.code_terms)
 
 
 class Renderer:
@@ -325,6 +328,8 @@ class Renderer:
                 stemmed=options.stemming,
                 piece_vectors=options.piece_vectors,
                 identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
+                code=s.agent_auto_code if agent and options.code_terms else 0.0,
+                code_terms=query.code,
             )
             scores = fuse(bm, cos, alpha)
             per_turn = None

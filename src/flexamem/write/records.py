@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 from flexamem.config import Settings
 from flexamem.notes import Fields, Record, UnitDraft
 from flexamem.text import STOP_WORDS, content_words, cut_words
+from flexamem.write.units import command_of
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _NAME = re.compile(r"\b[A-Z][\w'’\-]*(?:\s+[A-Z][\w'’\-]*)*")
@@ -250,10 +251,11 @@ class RuleWriter:
         per_step = max(self.record_words // max(len(steps), 1), 8)
         lines, calls = [], []
         for number, parts in steps.items():
-            action = " ".join(parts.get("action", "").split())
+            command = command_of(parts.get("action", ""))  # the command, not the reasoning around it
+            action = " ".join((command or parts.get("action", "")).split())
             output = parts.get("output", "")
             call = cut_words(action, max(per_step // 2, 4), " …")
-            calls.append(action.split("(", 1)[0].split()[0] if action else "?")
+            calls.append(re.split(r"[(:\s]", action, maxsplit=1)[0] or "?" if action else "?")
             outcome = cut_words(" ".join(output.split()), max(per_step // 4, 3), " …") or "(no output)"
             keys = json_keys_in(output)
             found = [x for x in identifiers_in(output) + numbers_in(output) if x not in outcome and x not in keys][:3]

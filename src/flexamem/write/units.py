@@ -12,6 +12,8 @@ become ``\\n``; nothing else is changed, so exact strings survive verbatim.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +25,39 @@ from flexamem.tokens import TokenCounter
 
 TURN_FIELDS = frozenset({"speaker", "text", "id", "role"})
 LABEL_COMMAND_CHARS = 60
+_FENCE = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)```", re.S)
+_CALL = re.compile(r"^(?:\[tool call [^\]\n]*\] )?([A-Za-z_][\w.-]*)\((\{.*\})\)[ \t]*$", re.M)
+
+
+def command_of(action: str) -> str | None:
+    """The command line a step ran, on one line, or None when its action is no command line.
+
+    A command line is a tool call written as ``name({...})`` (as the adapters and the trajectory
+    readers write them) whose one argument is a string holding a space or a new line (a shell command,
+    shown ``name: value``: ``bash: ls -la``), or else the first ``bash``/``sh`` fenced block of the
+    text (mini-swe-agent's text actions). A command of several lines is shown by its first line and
+    `` …``. Reasoning around the command is no part of it; calls with structured arguments (ids,
+    fields) and plain replies are no command lines."""
+    calls = []
+    for m in _CALL.finditer(action):
+        try:
+            args = json.loads(m.group(2))
+        except json.JSONDecodeError:
+            continue
+        one = next(iter(args.values())) if isinstance(args, dict) and len(args) == 1 else None
+        if isinstance(one, str) and any(c in one.strip() for c in " \n"):
+            calls.append(f"{m.group(1)}: {one}")
+    if calls:
+        text = " ; ".join(calls)
+    else:
+        fence = _FENCE.search(action)
+        if fence is None:
+            return None
+        text = fence.group(1)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[0] + (" …" if len(lines) > 1 else "")
 
 
 def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
@@ -81,7 +116,7 @@ def step_blocks(steps: Sequence[Step], start: int = 0) -> list[Block]:
     """Two blocks per step: the action and its output, each under a ``[step N]`` header."""
     blocks, pos = [], start
     for s in steps:
-        command = s.action.strip().split("\n", 1)[0][:LABEL_COMMAND_CHARS]
+        command = (command_of(s.action) or s.action.strip().split("\n", 1)[0])[:LABEL_COMMAND_CHARS]
         for kind, text, label in (
             ("action", f"[step {s.number}] {s.actor}: {s.action}", f"step {s.number}"),
             ("output", f"[step {s.number}] output: {s.observation}", f"step {s.number} · output of {command}"),
