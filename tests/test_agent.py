@@ -167,3 +167,45 @@ def test_a_repeated_call_with_no_new_step_renders_nothing_again() -> None:
     agent.step(action="count(12)", observation="crate 12")
     after = agent.context()
     assert after is not first and after.messages[-1]["content"] == "crate 12"
+
+
+def shell_agent(settings: fm.Settings | None = None, steps: int = 30) -> fm.AgentSession:
+    """A coding agent's session: bash in fenced blocks after reasoning, long outputs."""
+    agent = fm.Memory(":memory:", settings=settings).agent(task="Fix tests/test_parse.py", budget=3000)
+    for i in range(steps):
+        command = f"sed -n '1,60p' pkg/mod_{i}.py" if i % 2 else f"grep -rn parser_state_{i} pkg"
+        agent.step(
+            action=f"THOUGHT: I will look at part {i}, which is long reasoning.\n\n```bash\n{command}\n```",
+            observation="\n".join(f"pkg/mod_{i}.py:{j}: parser_state_{i}.field_{j} = None" for j in range(40)),
+        )
+    return agent
+
+
+def test_auto_keeps_a_trace_of_every_command_of_a_coding_agent() -> None:
+    agent = shell_agent()
+    ctx = agent.context()
+    memory = next(m["content"] for m in ctx.messages if str(m.get("content")).startswith("Memory of earlier"))
+    assert ctx.tokens <= ctx.ceiling and "Commands run before the recent steps" in memory
+    trace = memory.split("\n\n")[0] if "\n\n" in memory else memory
+    written = [s for u in agent.units()[: ctx.notes] for s in u]
+    for i in written:  # every command that left the window, its command line and no reasoning
+        command = f"sed -n '1,60p' pkg/mod_{i}.py" if i % 2 else f"grep -rn parser_state_{i} pkg"
+        assert f"step {i + 1}: {command}" in trace
+    assert "which is long reasoning" not in memory.split("[u")[0]
+    off = shell_agent().context(options=fm.RenderOptions(commands=False))
+    assert not any("Commands run before" in str(m.get("content")) for m in off.messages)
+    short = shell_agent(fm.Settings(agent_trace_share=0.05)).context()
+    text = next(str(m["content"]) for m in short.messages if "Commands run before" in str(m.get("content")))
+    lines = [line for line in text.splitlines() if line.startswith("step ")]
+    assert 0 < len(lines) < len(written) and lines[-1].startswith(f"step {written[-1] + 1}:")  # the newest kept
+
+
+def test_records_and_labels_name_the_command_not_the_reasoning() -> None:
+    agent = shell_agent()
+    agent.context()
+    note = agent.core.history.notes[1]
+    assert "sed -n" in note.record or "grep -rn" in note.record
+    assert "long reasoning" not in note.record
+    labels = [p.label for p in note.pieces if p.label and "output of" in p.label]
+    assert labels and all("THOUGHT" not in label for label in labels)
+    assert any("output of grep -rn" in label or "output of sed -n" in label for label in labels)

@@ -25,3 +25,12 @@ def test_identifiers_are_long_words_with_a_digit() -> None:
         "2024-05",
     ]
     assert re.fullmatch(r"\d+", "12") and not is_identifier("123")
+
+
+def test_code_terms_keep_names_of_code_whole() -> None:
+    from flexamem.text import code_terms
+
+    found = code_terms('x = join.table_alias; see django/db/sql/query.py:12 and FilteredRelation, {"user_id": 3}')
+    assert {"join.table_alias", "table_alias", "django/db/sql/query.py", "query.py", "FilteredRelation"} <= set(found)
+    assert "user_id" not in found  # a JSON key is the output's schema
+    assert code_terms("the cat sat on mia_li_3668 and Paris") == []  # plain words and ids of data are no names

@@ -22,7 +22,8 @@ import shlex
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-_FENCE = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)```", re.S)
+from flexamem.write.units import SHELL_FENCE
+
 _EXT = r"[A-Za-z][A-Za-z0-9]{0,7}"
 PATH = re.compile(
     rf"(?<![\w/.-])(?:\.{{0,2}}/)?(?:[\w.-]+/)*[\w-][\w.-]*\.{_EXT}(?![\w/-])|(?<![\w/.-])(?:\.{{0,2}}/)?(?:[\w.-]+/)+[\w.-]+(?![\w/-])"
@@ -57,7 +58,7 @@ def commands_of(messages: Iterable[dict[str, Any]]) -> list[str]:
             continue
         content = m.get("content")
         if isinstance(content, str):
-            out += [block.strip() for block in _FENCE.findall(content) if block.strip()]
+            out += [block.strip() for block in SHELL_FENCE.findall(content) if block.strip()]
         for call in m.get("tool_calls") or []:
             fn = call.get("function", call) if isinstance(call, dict) else {}
             args: Any = fn.get("arguments", "") if isinstance(fn, dict) else ""

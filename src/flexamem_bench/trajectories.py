@@ -221,7 +221,8 @@ def load_trajectories(path: str | Path, fmt: str = "auto") -> list[Trajectory]:
             tid = f"{stem}/{entry.get('task_id', k)}/{entry.get('trial', 0)}"
             add(tid, lambda entry=entry, tid=tid: from_messages(tid, entry["traj"]))
     elif fmt in ("openai", "mini-swe-agent"):
-        items = data if isinstance(data, list) and data and isinstance(data[0], list) else [data]
+        many = isinstance(data, list) and data and (isinstance(data[0], list) or "messages" in data[0])
+        items = data if many else [data]  # a list of runs (message lists or {"messages": ...}), or one run
         for k, item in enumerate(items):
             messages = item.get("messages") if isinstance(item, dict) else item
             add(f"{stem}/{k}", lambda messages=messages, k=k: from_messages(f"{stem}/{k}", messages))

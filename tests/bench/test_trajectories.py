@@ -181,3 +181,51 @@ def test_harness_resumes_and_cli_outputs(tmp_path: Path) -> None:
     assert main(["replay", str(path), "--step", "10", "--budget", "1500", "--method", "unit-recovery"]) == 0
     with pytest.raises(fm.InvalidInputError, match="unknown method"):
         run_trajectories([t], ["magic"], [1500], out, progress=False)
+
+
+def swe_file(tmp_path: Path, n_steps: int = 24) -> Path:
+    """A mini-swe-agent run written here: bash in fenced blocks, outputs as user messages, the closing
+    ``exit`` mark of mini-swe-agent 2."""
+    messages = [
+        {"role": "system", "content": "You are a shell agent."},
+        {"role": "user", "content": "Fix the failing test in tests/test_parse.py."},
+    ]
+    for i in range(n_steps):
+        if i == 0:
+            command, output = "find pkg -name '*.py'", "\n".join(f"pkg/mod_{j}.py" for j in range(12))
+        elif i % 4 == 1:
+            command = f"sed -n '1,40p' pkg/mod_{i}.py"
+            output = "\n".join(f"def helper_{i}_{j}(parser_state): return parser_state.field_{i}" for j in range(40))
+        elif i == n_steps - 1:
+            command, output = "cat <<'EOF' > pkg/fix.py\nfrom pkg.mod_5 import helper_5_3\nEOF", ""
+        else:
+            command, output = f"python -c 'print({i})' && ls", "\n".join(f"noise line {i} {j}" for j in range(60))
+        messages.append({"role": "assistant", "content": f"THOUGHT: step {i}.\n\n```bash\n{command}\n```"})
+        messages.append({"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{output}\n</output>"})
+    messages.append({"role": "exit", "content": "diff --git a/pkg/fix.py"})
+    path = tmp_path / "swe.json"
+    path.write_text(json.dumps([{"messages": messages}]))
+    return path
+
+
+def test_text_actions_are_measured(tmp_path: Path) -> None:
+    [t] = load_trajectories(swe_file(tmp_path))
+    assert not t.problems and all(m["role"] != "exit" for s in t.steps for m in s.messages)
+    rows = {
+        method: [measure_step(t, s, c, m) for s, c, m, _ in replay(t, method, 2500) if c is not None]
+        for method in ("full", "auto", "masking", "auto-no-commands")
+    }
+    last = rows["full"][-1]
+    assert last["detail_recall"] == 1.0 and last["file_shown"] == 1.0  # the final write reuses helper_5_3
+    assert last["detail_recall_json"] is None  # no JSON arguments: the old measure is blind here
+    for method, measured in rows.items():
+        assert measured and all(r["within_budget"] for r in measured), method
+        assert any(r["detail_recall"] is not None for r in measured), method
+        assert any(r["file_shown"] is not None for r in measured), method
+    shown = [r["file_shown"] for r in rows["auto"] if r["file_shown"] is not None]
+    without = [r["file_shown"] for r in rows["auto-no-commands"] if r["file_shown"] is not None]
+    assert min(shown) == 1.0 and sum(shown) > sum(without)  # the command trace shows every display
+    # masking hides the outputs of text commands (user messages), not the commands
+    *_, (_, ctx, _, _) = replay(t, "masking", 2500)
+    assert ctx is not None and "[output omitted]" in json.dumps(ctx.messages)
+    assert "sed -n '1,40p' pkg/mod_1.py" in json.dumps(ctx.messages)

@@ -33,6 +33,7 @@ turn = st.tuples(st.sampled_from(["Ana", "Ben", "user", "assistant"]), st.lists(
 session = st.lists(turn, min_size=1, max_size=6)
 budgets = st.integers(min_value=256, max_value=32_000)
 SWITCHES = [fm.RenderOptions(atomic_turns=False), fm.RenderOptions(tight_timeline=False)]
+AGENT_SWITCHES = [fm.RenderOptions(commands=False), fm.RenderOptions(code_terms=False)]
 slow = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -66,20 +67,28 @@ def test_reader_renders_never_exceed_the_budget(sessions, budgets, query, prompt
 
 @slow
 @given(
-    steps=st.lists(st.tuples(text, st.lists(text, min_size=0, max_size=30).map("\n".join)), min_size=1, max_size=25),
+    steps=st.lists(
+        st.tuples(text, st.lists(text, min_size=0, max_size=30).map("\n".join), st.booleans()), min_size=1, max_size=25
+    ),
     budget=budgets,
     system=st.sampled_from(["", "You are an agent.", "policy " * 100]),
+    share=st.sampled_from([0.01, 0.25, 1.0]),
 )
-def test_agent_context_never_exceeds_the_ceiling(steps, budget, system) -> None:  # type: ignore[no-untyped-def]
-    mem = fm.Memory(":memory:")
+def test_agent_context_never_exceeds_the_ceiling(steps, budget, system, share) -> None:  # type: ignore[no-untyped-def]
+    mem = fm.Memory(":memory:", settings=fm.Settings(agent_trace_share=share))
     agent = mem.agent(task="Refund the Lisbon hotel checkout to the Visa card", budget=budget, system=system)
     ceiling = (budget * 95) // 100
-    for action, observation in steps:
+    for action, observation, shell in steps:
+        if shell:  # a coding agent's text action: reasoning, then its command in a fenced block
+            action = f"THOUGHT: {action}\n\n```bash\nsed -n '1,40p' src/{action[:20]}.py\n{action}\n```"
         agent.step(action=action, observation=observation)
         for mode in ("auto", "units"):
             ctx = agent.context(mode=mode)
             assert ctx.tokens == messages_tokens(ctx.messages, mem.counter) <= ceiling
             assert ctx.messages[-1]["role"] in ("user", "assistant")
+        for options in AGENT_SWITCHES:  # agent auto's switches, each turned off
+            ctx = agent.context(options=options)
+            assert ctx.tokens == messages_tokens(ctx.messages, mem.counter) <= ceiling
 
 
 def test_a_turn_shown_whole_reads_as_written() -> None:

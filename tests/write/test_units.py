@@ -77,3 +77,14 @@ def test_normalisation_keeps_text_verbatim_but_newlines() -> None:
     assert (t.speaker, t.text, t.id) == ("A", "x\ny\nz  ", "7")
     [t] = parse_turns([{"speaker": "A", "text": "caf\xc3\xa9".encode("latin-1")}])
     assert t.text == "café"
+
+
+def test_command_of_reads_the_command_line_of_a_step() -> None:
+    from flexamem.write.units import command_of
+
+    assert command_of("THOUGHT: long.\n\n```bash\nsed -n 1,5p a.py\n```") == "sed -n 1,5p a.py"
+    assert command_of('I will.\nbash({"command": "cat <<EOF > x.py\\nimport os\\nEOF"})') == "bash: cat <<EOF > x.py …"
+    assert command_of('[tool call c1] bash({"command": "ls -la"})') == "bash: ls -la"
+    assert command_of('get_user({"user_id": "u1"})') is None  # structured arguments: no command line
+    assert command_of("Sure, your flight is booked.") is None
+    assert command_of("```python\nprint(1)\n```") is None  # only shell fences

@@ -25,7 +25,7 @@ from flexamem.tokens import TokenCounter
 
 TURN_FIELDS = frozenset({"speaker", "text", "id", "role"})
 LABEL_COMMAND_CHARS = 60
-_FENCE = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)```", re.S)
+SHELL_FENCE = re.compile(r"```(?:[\w-]*bash[\w-]*|sh|shell|console|zsh)[ \t]*\n(.*?)```", re.S)
 _CALL = re.compile(r"^(?:\[tool call [^\]\n]*\] )?([A-Za-z_][\w.-]*)\((\{.*\})\)[ \t]*$", re.M)
 
 
@@ -34,10 +34,10 @@ def command_of(action: str) -> str | None:
 
     A command line is a tool call written as ``name({...})`` (as the adapters and the trajectory
     readers write them) whose one argument is a string holding a space or a new line (a shell command,
-    shown ``name: value``: ``bash: ls -la``), or else the first ``bash``/``sh`` fenced block of the
-    text (mini-swe-agent's text actions). A command of several lines is shown by its first line and
-    `` …``. Reasoning around the command is no part of it; calls with structured arguments (ids,
-    fields) and plain replies are no command lines."""
+    shown ``name: value``: ``bash: ls -la``), or else the first shell fenced block of the text
+    (``bash``, ``sh``, ``mswea_bash_command``...: mini-swe-agent's text actions). A command of several
+    lines is shown by its first line and `` …``. Reasoning around the command is no part of it; calls
+    with structured arguments (ids, fields) and plain replies are no command lines."""
     calls = []
     for m in _CALL.finditer(action):
         try:
@@ -50,7 +50,7 @@ def command_of(action: str) -> str | None:
     if calls:
         text = " ; ".join(calls)
     else:
-        fence = _FENCE.search(action)
+        fence = SHELL_FENCE.search(action)
         if fence is None:
             return None
         text = fence.group(1)
