@@ -5,6 +5,7 @@ and runs ``flexamem eval locomo`` on the first conversation for the baselines be
 response cache so a rerun costs nothing. With a stronger endpoint, run the printed command yourself.
 
     python benchmarks/baselines_local.py [--questions 40] [--out results/baselines-local]
+    python benchmarks/baselines_local.py --only-swe 2     # the coding-agent replay alone
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from flexamem.llm.local import LocalServer, local_model_path
 from flexamem_bench.conversation_data import default_path
 
 TRAJECTORY_METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery"
+SWE_METHODS = "summary-a-mem,auto,unit-recovery,masking,truncation"  # the condenser-style summary beside ours
 METHODS = "a-mem,a-mem-fod,summary-a-mem,afm,readagent,memgas,sculptor,auto,unit-recovery,piece-recovery,unit-retrieval"
 
 
@@ -32,6 +34,10 @@ def main() -> None:
     parser.add_argument(
         "--trajectories", type=int, default=0, help="also replay the first N tau-bench dev trajectories"
     )
+    parser.add_argument(
+        "--swe", type=int, default=0, help="also replay the first N mini-swe-agent (text actions) dev trajectories"
+    )
+    parser.add_argument("--only-swe", type=int, default=0, help="replay N mini-swe-agent trajectories, nothing else")
     args = parser.parse_args()
     command = [
         "eval", "locomo", "--data", args.data, "--limit", "1", "--questions", str(args.questions),
@@ -48,8 +54,11 @@ def main() -> None:
             FLEXAMEM_LLM_CACHE=str(cache),
         )
         start = time.perf_counter()
-        code = flexamem(command)
-        print(f"done in {time.perf_counter() - start:.0f} s (exit {code})")
+        if args.only_swe:
+            args.swe, args.trajectories = args.only_swe, 0
+        else:
+            code = flexamem(command)
+            print(f"done in {time.perf_counter() - start:.0f} s (exit {code})")
         if args.trajectories:
             data = Path(args.data).resolve().parents[1] / "agent_trajectories/tau_bench/gpt-4o-airline-dev.json"
             agent = [
@@ -59,6 +68,15 @@ def main() -> None:
             ]  # fmt: skip
             print("flexamem", shlex.join(agent))
             print(f"exit {flexamem(agent)}")
+        if args.swe:
+            data = Path(args.data).resolve().parents[1] / "agent_trajectories/mini_swe_agent/gemini-3-pro-dev.json"
+            swe = [
+                "eval", "trajectories", "--data", str(data), "--limit", str(args.swe), "--budgets", "8000",
+                "--budget-part", "history", "--methods", SWE_METHODS, "--out", args.out + "-swe",
+                "--resamples", "2000",
+            ]  # fmt: skip
+            print("flexamem", shlex.join(swe))
+            print(f"exit {flexamem(swe)} after {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,20 @@
 At call ``t`` the history is steps ``1..t-1``; each method builds the context the agent would have
 seen under the budget, and the measures ask whether it holds what the agent used next (step ``t``):
 
-- ``detail_recall``: the next action's argument values (strings and numbers of 4+ characters) that
-  appeared earlier in the history but not in the fixed prompt nor in the recent window (the B/4
-  window, the same for every method): the share of them present verbatim in the context;
+- ``detail_recall``: the details of the next action (:mod:`flexamem_bench.details`: file paths,
+  ``path:line``, line ranges, names of code, test ids, quoted strings, numbers of 3+ digits, read from
+  its commands: shell fenced blocks of a text action, tool-call argument strings; plus every JSON
+  argument leaf of 4+ characters) that occurred in an earlier observation and occur neither in the
+  fixed prompt nor in the recent window (the B/4 window, the same for every method): the share of them
+  the context shows. "Occurs" means with nothing word-like glued to either end, JSON escapes read;
+- ``detail_recall_json``: the measure before coding agents, kept so tables stay comparable: the next
+  call's JSON argument leaves of 4+ characters that appeared earlier (actions or observations), not in
+  the fixed prompt or window, found as substrings of the context (blind to text actions);
+- ``file_shown`` (the paper's Table 7 question, without a model): the files displayed before the call
+  (``cat``, ``nl``, ``head``, ``tail``, ``sed -n``, an editor's ``view``) and as many files listed by
+  ``ls``/``find``/``grep`` but not displayed (a fixed pseudo-random pick); a displayed file counts as
+  answered when the context shows a display command with its path, a listed one when it does not;
+  the balanced accuracy of the two (or the displayed share when nothing else was listed);
 - ``trace_coverage``: the share of past units represented in the context (raw, excerpt, record or
   merged record; for the baselines: a unit with a step, an outcome line or a log line shown);
 - ``repeat_visible``: for each call the agent repeats with identical arguments, whether the earlier

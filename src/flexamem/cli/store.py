@@ -239,7 +239,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"FlexA-Mem serving {db} on http://{args.host}:{args.port} ({args.workers} worker(s)); docs at /docs",
         file=sys.stderr,
     )
-    limit = {"max_body_bytes": args.max_body} if args.max_body is not None else {}  # else the server's default
+    limit: dict[str, Any] = {"max_body_bytes": args.max_body} if args.max_body is not None else {}
+    if args.max_open is not None:
+        limit["max_open"] = args.max_open
+    limit["offload_writes"] = not args.no_offload
+    limit["records"] = args.records
     serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
 
@@ -306,6 +310,17 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1, help="worker processes (they share the store)")
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default: 8 MiB)")
+    p.add_argument(
+        "--max-open", type=int, help="histories each worker keeps open, least recently used closed first (128)"
+    )
+    p.add_argument(
+        "--no-offload",
+        action="store_true",
+        help="embed writes in the worker itself (default: a lower-priority process)",
+    )
+    p.add_argument(
+        "--records", choices=["rule", "llm"], default="rule", help="record writer (llm: the FLEXAMEM_LLM_* endpoint)"
+    )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")

@@ -9,16 +9,19 @@ Several worker processes may serve one store (SQLite WAL or PostgreSQL; see docs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -35,7 +38,11 @@ from flexamem.errors import (
 )
 from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
+from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
+from flexamem.server.metrics import Metrics, timed
+from flexamem.write.embed import Embedder
+from flexamem.write.records import RecordWriter
 
 log = logging.getLogger("flexamem.server")
 HISTORY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -43,6 +50,7 @@ SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HistoryName = Annotated[str, Path(pattern=HISTORY, description="the history's name (letters, digits, '.', '_', '-')")]
 SessionName = Annotated[str, Path(pattern=SESSION, description="the agent session's id")]
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
+DEFAULT_MAX_OPEN = 128  # histories kept open per worker
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
@@ -56,6 +64,13 @@ class ServerConfig:
     """The JSON file of tenants' key hashes (``flexamem serve --add-key TENANT`` writes it)."""
     max_body_bytes: int = DEFAULT_MAX_BODY
     """Larger request bodies get 413."""
+    max_open: int = DEFAULT_MAX_OPEN
+    """Histories a worker keeps open (least recently used closed first): bounds its memory."""
+    offload_writes: bool = True
+    """Embed writes in a lower-priority process (server/ingest.py), so renders keep the CPU."""
+    records: Literal["rule", "llm"] = "rule"
+    """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
+    per tenant in ``/metrics``); ``rule``: the offline rule writer."""
 
 
 class NotFound(FlexaMemError):
@@ -210,20 +225,46 @@ class Dropped(BaseModel):
 
 # -- the app -------------------------------------------------------------------------------------------
 class Memories:
-    """One store, one ``Memory`` per (tenant, history) kept open for the process."""
+    """One store, and the ``Memory`` of each (tenant, history) a request used, kept open for the next
+    request: at most ``max_open`` of them, the least recently used dropped first (it is only a cache of
+    the store: reopening reads the history back)."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(
+        self,
+        db: str,
+        max_open: int = DEFAULT_MAX_OPEN,
+        embedder: Embedder | None = None,
+        writer: RecordWriter | None = None,
+    ) -> None:
+        if max_open < 1:
+            raise InvalidInputError("max_open must be at least 1")
         self.store = open_store(db)
-        self._open: dict[str, Memory] = {}
+        self.max_open = max_open
+        self.embedder = embedder
+        self.writer = writer
+        self._open: OrderedDict[str, Memory] = OrderedDict()
         self._lock = threading.Lock()
+        self.evicted = 0
 
     def get(self, tenant: str, history: str) -> Memory:
         hid = f"{tenant}/{history}"
         with self._lock:
             mem = self._open.get(hid)
-            if mem is None:
-                mem = self._open[hid] = Memory(store=self.store, history=hid)
+            if mem is not None:
+                self._open.move_to_end(hid)
+                return mem
+        mem = Memory(store=self.store, history=hid, embedder=self.embedder, writer=self.writer)  # outside the lock
+        with self._lock:
+            mem = self._open.setdefault(hid, mem)  # a racing request may have opened it first
+            self._open.move_to_end(hid)
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)
+                self.evicted += 1
             return mem
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
 
     def existing(self, tenant: str, history: str) -> Memory:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
@@ -264,7 +305,46 @@ Tenant = Annotated[str, Depends(tenant)]
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI app serving ``config.db`` to the tenants of ``config.keys``."""
     keys = KeyFile(config.keys)
-    memories = Memories(config.db)
+    writer = None
+    if config.records == "llm":
+        from flexamem.llm.config import load_config
+        from flexamem.write.llm_writer import LLMWriter
+
+        endpoint = load_config()
+        if endpoint is None:
+            raise InvalidInputError("records='llm' needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL")
+        writer = LLMWriter(endpoint.client())
+    memories = Memories(config.db, config.max_open, OffloadedEmbedder() if config.offload_writes else None, writer)
+    metrics = Metrics()
+    spent: dict[str, int] = {}  # history -> LLM calls of its record writer already counted
+
+    def opened(t: str, history: str) -> Memory:
+        before = memories.evicted
+        mem = memories.get(t, history)
+        metrics.open.set(memories.open_count)
+        if memories.evicted > before:
+            metrics.evicted.inc(memories.evicted - before)
+        return mem
+
+    def count_llm_tokens(t: str, mem: Memory) -> None:
+        if writer is None:
+            return
+        calls = mem.store.llm_calls(mem.history_id)
+        new = calls[spent.get(mem.history_id, 0) :]
+        spent[mem.history_id] = len(calls)
+        tokens = sum(c.prompt_tokens + c.completion_tokens for c in new if not c.cached)
+        if tokens:
+            metrics.llm_tokens.labels(t).inc(tokens)
+
+    @contextlib.contextmanager
+    def a_write() -> Iterator[None]:
+        metrics.backlog.inc()
+        try:
+            with timed(metrics.write_seconds, "flexamem.write"), writing():
+                yield
+        finally:
+            metrics.backlog.dec()
+
     app = FastAPI(
         title="FlexA-Mem",
         version=__version__,
@@ -272,6 +352,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.memories = memories
     app.state.keys = keys
+    app.state.metrics = metrics
 
     @app.middleware("http")
     async def limits_and_logs(request: Request, call_next: Any) -> Any:
@@ -292,13 +373,17 @@ def create_app(config: ServerConfig) -> FastAPI:
                     response = await call_next(request)
                 except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
                     response = _internal_error(request, exc)
+        seconds = time.perf_counter() - start
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+        metrics.request_seconds.labels(route).observe(seconds)
         log.info(
             json.dumps(
                 {
                     "method": request.method,
                     "path": request.url.path,
                     "status": response.status_code,
-                    "ms": round((time.perf_counter() - start) * 1000, 1),
+                    "ms": round(seconds * 1000, 1),
                     "tenant": getattr(request.state, "tenant", None),
                 }
             )
@@ -331,6 +416,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         memories.store.histories()
         return {"status": "ok"}
 
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """Prometheus exposition text (no keys, no bodies, no history names; tenants only as labels of
+        the record writer's model tokens)."""
+        body, kind = metrics.scrape()
+        return Response(body, media_type=kind)
+
     @app.get("/v1/histories", response_model=list[HistoryOut])
     def list_histories(t: Tenant) -> list[dict[str, Any]]:
         """The tenant's histories (agent sessions as ``<history>/agent:<id>``), with their note counts."""
@@ -339,23 +431,30 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/v1/histories/{history}/sessions", response_model=Units)
     def add_session(body: SessionIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Write one conversation session (created with its history when new)."""
-        mem = memories.get(t, history)
+        mem = opened(t, history)
         turns = [x.model_dump(exclude_none=True) for x in body.turns]
-        return {"history": history, "units": mem.add_session(turns, session_id=body.session_id, date=body.date)}
+        with a_write():
+            units = mem.add_session(turns, session_id=body.session_id, date=body.date)
+        count_llm_tokens(t, mem)
+        return {"history": history, "units": units}
 
     @app.post("/v1/histories/{history}/messages", response_model=Units)
     def add_messages(body: MessagesIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Write an OpenAI-format chat history as one session (tool calls and results verbatim)."""
-        mem = memories.get(t, history)
-        return {
-            "history": history,
-            "units": mem.add_messages(body.messages, session_id=body.session_id, date=body.date),
-        }
+        mem = opened(t, history)
+        with a_write():
+            units = mem.add_messages(body.messages, session_id=body.session_id, date=body.date)
+        count_llm_tokens(t, mem)
+        return {"history": history, "units": units}
 
     @app.post("/v1/histories/{history}/render", response_model=RenderOut)
     def render(body: RenderIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """The memory for one query within the budget (no model call)."""
-        r = memories.existing(t, history).render(body.query, body.budget, mode=body.mode, prompt=body.prompt)
+        mem = memories.existing(t, history)
+        metrics.open.set(memories.open_count)
+        with timed(metrics.render_seconds, "flexamem.render"):
+            r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt)
+        metrics.tokens.inc(r.tokens)
         return {
             "text": r.text,
             "tokens": r.tokens,
@@ -393,12 +492,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/v1/histories/{history}/agents", response_model=AgentOut)
     def start_agent(body: AgentIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Start an agent session under the history (or resume it, when the task and budget match)."""
-        mem = memories.get(t, history)
+        mem = opened(t, history)
         agent = mem.agent(body.task, budget=body.budget, system=body.system, session_id=body.session_id)
         return {"session_id": agent.session_id, "steps": len(agent.steps)}
 
     def session(t: str, history: str, sid: str) -> Any:
-        mem = memories.get(t, history)
+        mem = opened(t, history)
         if sid not in mem.sessions():
             raise NotFound(f"no agent session {sid!r} in history {history!r}")
         return mem.agent(session_id=sid)
@@ -407,7 +506,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     def step(body: StepIn, history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, int]:
         """Record one step (``step_id`` makes a retry idempotent)."""
         agent = session(t, history, session_id)
-        return {"step": agent.step(body.action, body.observation, messages=body.messages, step_id=body.step_id)}
+        with a_write():
+            number = agent.step(body.action, body.observation, messages=body.messages, step_id=body.step_id)
+        return {"step": number}
 
     @app.get("/v1/histories/{history}/agents/{session_id}/context", response_model=ContextOut)
     def context(
@@ -417,7 +518,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         mode: Annotated[Mode, Query()] = "auto",
     ) -> dict[str, Any]:
         """The next model call's messages: always valid OpenAI chat messages within the ceiling."""
-        ctx = session(t, history, session_id).context(mode=mode)
+        agent = session(t, history, session_id)
+        with timed(metrics.context_seconds, "flexamem.agent_context"):
+            ctx = agent.context(mode=mode)
+        metrics.tokens.inc(ctx.tokens)
         return {
             "messages": ctx.messages,
             "tokens": ctx.tokens,
@@ -464,4 +568,16 @@ def app_from_env() -> FastAPI:
     if not db or not key_file:
         raise InvalidInputError("set FLEXAMEM_DB (the store) and FLEXAMEM_KEYS (the key file)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return create_app(ServerConfig(db, key_file, int(os.environ.get("FLEXAMEM_MAX_BODY", DEFAULT_MAX_BODY))))
+    records = os.environ.get("FLEXAMEM_RECORDS", "rule")
+    if records not in ("rule", "llm"):
+        raise InvalidInputError("FLEXAMEM_RECORDS must be rule or llm")
+    return create_app(
+        ServerConfig(
+            db,
+            key_file,
+            int(os.environ.get("FLEXAMEM_MAX_BODY", DEFAULT_MAX_BODY)),
+            int(os.environ.get("FLEXAMEM_MAX_OPEN", DEFAULT_MAX_OPEN)),
+            os.environ.get("FLEXAMEM_OFFLOAD_WRITES", "1") != "0",
+            records,  # type: ignore[arg-type]
+        )
+    )

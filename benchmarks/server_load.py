@@ -1,0 +1,221 @@
+"""The HTTP server under load, started as a user would (prints a table; figures, not a test).
+
+Writes H histories of S LoCoMo dev sessions each (before the clock starts), starts ``flexamem serve
+--workers W`` on 127.0.0.1, and runs C clients on loopback for D seconds per phase: renders only, then
+a share of the requests writing a new session (each a real LoCoMo session under a fresh id). Prints
+throughput, p50 / p95 / p99 latency, status counts, and the acked-vs-stored check: every write the
+server acknowledged must be in the store afterwards (read back through the API).
+
+    python benchmarks/server_load.py [--store sqlite,postgres] [--clients 16] [--duration 30]
+
+``--store postgres`` starts the local PostgreSQL of the test suite (scripts/start_postgres.sh) unless
+``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import flexamem as fm
+from flexamem.server import KeyFile
+from flexamem_bench.conversation_data import default_path
+from flexamem_bench.datasets import locomo_histories
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_url() -> str:
+    url = os.environ.get("FLEXAMEM_TEST_POSTGRES")
+    if url:
+        return url
+    out = subprocess.run(["bash", str(ROOT / "scripts/start_postgres.sh")], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+class Server:
+    """``flexamem serve`` in a child process, as a user starts it."""
+
+    def __init__(self, db: str, keys: Path, workers: int, extra: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "flexamem", "serve", "--db", db, "--keys", str(keys)]
+        cmd += ["--port", str(self.port), "--workers", str(workers), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def wait(self, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("the server did not answer /health")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def load(
+    url: str,
+    key: str,
+    names: list[str],
+    sessions: list[list[dict[str, str]]],
+    questions: list[str],
+    *,
+    clients: int,
+    duration: float,
+    write_share: float,
+    budget: int,
+    seed: int,
+) -> dict[str, Any]:
+    """C clients, each sending one request after the other for ``duration`` seconds."""
+    rng = random.Random(seed)
+    renders: list[float] = []
+    writes: list[float] = []
+    statuses: dict[int, int] = {}
+    acked: list[tuple[str, str]] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as client:
+        end = time.perf_counter() + duration
+
+        async def one_client() -> None:
+            while time.perf_counter() < end:
+                history = rng.choice(names)
+                start = time.perf_counter()
+                if rng.random() < write_share:
+                    sid = "w" + uuid.uuid4().hex[:12]
+                    body = {"turns": rng.choice(sessions), "session_id": sid}
+                    r = await client.post(f"/v1/histories/{history}/sessions", json=body)
+                    if r.status_code == 200:
+                        writes.append(time.perf_counter() - start)
+                        acked.append((history, sid))
+                else:
+                    body = {"query": rng.choice(questions), "budget": budget}
+                    r = await client.post(f"/v1/histories/{history}/render", json=body)
+                    if r.status_code == 200:
+                        renders.append(time.perf_counter() - start)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        elapsed = time.perf_counter() - began
+    return {"renders": renders, "writes": writes, "statuses": statuses, "acked": acked, "seconds": elapsed}
+
+
+def stored_sessions(url: str, key: str, history: str) -> set[str]:
+    r = httpx.get(f"{url}/v1/histories/{history}/notes", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    r.raise_for_status()
+    return {n["session_id"] for n in r.json()}
+
+
+def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
+    db = str(work / "load.db") if store == "sqlite" else postgres_url()
+    keys = work / "keys.json"
+    tenant = "load" + uuid.uuid4().hex[:6]  # a fresh tenant: a shared PostgreSQL keeps other runs apart
+    key = KeyFile(str(keys)).add_key(tenant)
+    data = locomo_histories(args.data)
+    sessions = [[{"speaker": t["speaker"], "text": t["text"]} for t in s.turns] for h in data for s in h.sessions]
+    questions = [q.question for h in data for q in h.questions]
+    names = [f"h{i}" for i in range(args.histories)]
+    start = time.perf_counter()
+    for i, name in enumerate(names):  # the histories, written before the clock starts
+        mem = fm.Memory(db, history=f"{tenant}/{name}")
+        picked = random.Random(i).sample(sessions, args.sessions)
+        mem.add_sessions([{"turns": turns, "session_id": f"s{k}"} for k, turns in enumerate(picked)])
+        mem.close()
+    print(f"# {store}: {args.histories} histories x {args.sessions} sessions written in "
+          f"{time.perf_counter() - start:.0f} s", file=sys.stderr)  # fmt: skip
+    server = Server(db, keys, args.workers, args.serve_args.split())
+    rows = []
+    try:
+        server.wait()
+        for phase, share in (("renders only", 0.0), (f"{args.write_share:.0%} session writes", args.write_share)):
+            result = asyncio.run(
+                load(
+                    server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
+                    write_share=share, budget=args.budget, seed=len(rows),
+                )
+            )  # fmt: skip
+            lost = 0
+            by_history: dict[str, set[str]] = {}
+            for history, sid in result["acked"]:
+                if history not in by_history:
+                    by_history[history] = stored_sessions(server.url, key, history)
+                lost += sid not in by_history[history]
+            s, r, w = result["seconds"], result["renders"], result["writes"]
+            ms = [1000 * x for x in r]
+            wms = [1000 * x for x in w]
+            rows.append(
+                f"| {store} | {phase} | {len(r) / s:.0f} | {percentile(ms, 0.5):.0f} / {percentile(ms, 0.95):.0f} / "
+                f"{percentile(ms, 0.99):.0f} ms | "
+                + (f"{len(w) / s:.1f} | {percentile(wms, 0.5):.0f} / {percentile(wms, 0.99):.0f} ms" if w else "- | -")
+                + f" | {json.dumps(result['statuses'], sort_keys=True)} | {len(result['acked'])} / {lost} |"
+            )
+            print(rows[-1], flush=True)
+    finally:
+        server.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", default="sqlite,postgres", help="sqlite, postgres or both")
+    parser.add_argument("--data", default=str(default_path()), help="LoCoMo dev file (sessions and questions)")
+    parser.add_argument("--histories", type=int, default=20)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds per phase")
+    parser.add_argument("--write-share", type=float, default=0.1)
+    parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--serve-args", default="", help="more flexamem serve options, e.g. '--max-open 64'")
+    args = parser.parse_args()
+    print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback, {args.duration:.0f} s per phase; "
+          f"flexamem serve --workers {args.workers} {args.serve_args}".rstrip())  # fmt: skip
+    print(
+        "| store | load | renders/s | render p50 / p95 / p99 | writes/s | write p50 / p99 | statuses | acked / lost |"
+    )
+    print("|---|---|---:|---|---:|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in args.store.split(","):
+            run_store(store.strip(), args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

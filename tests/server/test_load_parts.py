@@ -1,0 +1,165 @@
+"""Issue 25's parts in one process (the real app through Starlette's client, a real embedding process,
+a real local HTTP model server): /metrics read by Prometheus' own parser, the LRU of open histories,
+writes embedded by the lower-priority process (the same vectors; its death costs nothing), renders
+answered while a slow write of the same or another history is in flight."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from flexamem.server.app import Memories, ServerConfig, create_app
+from flexamem.server.ingest import OffloadedEmbedder, writing
+from flexamem.server.keys import KeyFile
+from flexamem.write.default_embed import default_embedder
+from tests.llm.fake_server import FakeOpenAI
+
+from starlette.testclient import TestClient  # isort: skip
+
+TURNS = [{"speaker": "Ana", "text": f"On day {i} I paid invoice INV-{4400 + i} for the Lisbon trip."} for i in range(6)]
+
+
+def app_client(tmp_path: Path, **config: object) -> tuple[TestClient, str]:
+    keys = tmp_path / "keys.json"
+    key = KeyFile(str(keys)).add_key("acme")
+    app = create_app(ServerConfig(str(tmp_path / "m.db"), str(keys), **config))  # type: ignore[arg-type]
+    client = TestClient(app, headers={"Authorization": f"Bearer {key}"})
+    return client, key
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_are_prometheus_text_with_bounded_labels(tmp_path: Path) -> None:
+    client, key = app_client(tmp_path, offload_writes=False)
+    with client:
+        assert client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS}).status_code == 200
+        for _ in range(3):
+            r = client.post("/v1/histories/trip/render", json={"query": "Which invoice was paid?", "budget": 400})
+            assert r.status_code == 200
+        assert client.post("/v1/histories/none/render", json={"query": "q", "budget": 400}).status_code == 404
+        sid = client.post("/v1/histories/trip/agents", json={"task": "pay", "budget": 900}).json()["session_id"]
+        client.post(f"/v1/histories/trip/agents/{sid}/steps", json={"action": "ls", "observation": "a.py"})
+        client.get(f"/v1/histories/trip/agents/{sid}/context")
+        text = client.get("/metrics").text
+    got = samples(text)
+    render = "/v1/histories/{history}/render"
+    assert got[("flexamem_requests_total", (("method", "POST"), ("route", render), ("status", "200")))] == 3
+    assert got[("flexamem_requests_total", (("method", "POST"), ("route", render), ("status", "404")))] == 1
+    assert got[("flexamem_render_seconds_count", ())] == 3
+    assert got[("flexamem_write_seconds_count", ())] == 2  # the session and the agent step
+    assert got[("flexamem_agent_context_seconds_count", ())] == 1
+    assert got[("flexamem_tokens_rendered_total", ())] > 0
+    assert got[("flexamem_ingest_backlog", ())] == 0 and got[("flexamem_open_histories", ())] >= 1
+    assert key not in text and "INV-44" not in text and "trip" not in text  # no keys, bodies or names
+
+
+def test_the_record_writers_model_tokens_are_counted_per_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAI() as model:
+        monkeypatch.setenv("FLEXAMEM_LLM_BASE_URL", model.url)
+        monkeypatch.setenv("FLEXAMEM_LLM_MODEL", "fake")
+        client, _ = app_client(tmp_path, offload_writes=False, records="llm")
+        with client:
+            r = client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
+            assert r.status_code == 200
+            text = client.get("/metrics").text
+    assert samples(text)[("flexamem_llm_tokens_total", (("tenant", "acme"),))] > 0
+
+
+def test_open_histories_are_bounded_and_reopen_from_the_store(tmp_path: Path) -> None:
+    memories = Memories(str(tmp_path / "m.db"), max_open=2)
+    for name in ("a", "b", "c"):
+        memories.get("t", name).add_session(TURNS, session_id="s1")
+    assert memories.open_count == 2 and memories.evicted == 1
+    again = memories.get("t", "a")  # closed by the LRU, read back whole
+    assert len(again) == 1 and "INV-4403" in again.render("Which invoice on day 3?", 400).text
+    with pytest.raises(Exception, match="max_open"):
+        Memories(str(tmp_path / "m.db"), max_open=0)
+
+
+@pytest.fixture()
+def offloaded() -> Iterator[OffloadedEmbedder]:
+    emb = OffloadedEmbedder()
+    yield emb
+    emb.close()
+
+
+def test_writes_are_embedded_by_a_lower_priority_process(offloaded: OffloadedEmbedder) -> None:
+    texts = [f"invoice INV-{i} for the Lisbon trip" for i in range(5)]
+    local = default_embedder().embed(texts)
+    assert np.allclose(offloaded.embed(texts), local, atol=1e-5) and offloaded.offloaded == 0  # a query: here
+    with writing():
+        vectors = offloaded.embed(texts)
+    assert np.allclose(vectors, local, atol=1e-5) and offloaded.offloaded == 5
+    [child] = multiprocessing.active_children()
+    assert child.pid is not None and os.getpriority(os.PRIO_PROCESS, child.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, offloaded: OffloadedEmbedder) -> None:
+    memories = Memories(str(tmp_path / "m.db"), embedder=offloaded)
+    mem = memories.get("t", "big")
+    with writing():
+        offloaded.embed(["warm"])  # the embedding process is up
+    long_session = [{"speaker": "Ana", "text": f"line {i} of a long session about invoice INV-{i}"} for i in range(600)]
+    result: list[object] = []
+
+    def write() -> None:
+        with writing():
+            result.append(mem.add_session(long_session, session_id="long"))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.3)
+    for child in multiprocessing.active_children():  # kill the embedding process mid-job
+        child.kill()
+    writer.join(timeout=300)
+    assert result and not writer.is_alive()
+    notes = memories.get("t", "big").notes()
+    assert [n.session_id for n in notes].count("long") == len(result[0])  # type: ignore[arg-type]
+    assert len({n.unit_id for n in notes}) == len(notes)  # nothing twice
+    assert offloaded.offloaded > 0 and offloaded.restarts == 1  # the job was redone by a new process
+
+
+def test_renders_are_answered_while_a_slow_write_is_in_flight(tmp_path: Path) -> None:
+    client, _ = app_client(tmp_path)  # writes offloaded
+    long_session = [
+        {"speaker": "Ana", "text": f"line {i} about invoice INV-{i} and the Lisbon trip"} for i in range(1500)
+    ]
+    with client:
+        for name in ("same", "other"):
+            client.post(f"/v1/histories/{name}/sessions", json={"session_id": "s0", "turns": TURNS})
+            client.post(f"/v1/histories/{name}/render", json={"query": "invoice", "budget": 400})  # opened, warm
+        done = threading.Event()
+        write_status: list[int] = []
+
+        def slow_write() -> None:
+            r = client.post("/v1/histories/same/sessions", json={"session_id": "long", "turns": long_session})
+            write_status.append(r.status_code)
+            done.set()
+
+        threading.Thread(target=slow_write).start()
+        time.sleep(0.2)
+        answered_during = 0
+        while not done.is_set():
+            for name in ("same", "other"):
+                r = client.post(f"/v1/histories/{name}/render", json={"query": "Which invoice?", "budget": 400})
+                assert r.status_code == 200
+                answered_during += not done.is_set()
+        done.wait(300)
+    assert write_status == [200]
+    assert answered_during >= 4  # renders of both histories went on while the write was being embedded
