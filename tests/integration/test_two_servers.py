@@ -1,0 +1,115 @@
+"""Two ``flexamem serve`` instances (separate processes and ports, two workers each) on one PostgreSQL
+under mixed load: every write acknowledged by one is rendered by the other within a second, nothing
+acknowledged is lost, no 5xx."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import NO_POSTGRES, POSTGRES_URL
+from tests.server.conftest import free_port
+
+pytestmark = [pytest.mark.integration, NO_POSTGRES]
+
+
+def start(db: str, keyfile: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flexamem", "serve", "--db", db, "--keys", str(keyfile), "--port", str(port),
+             "--workers", "2"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FLEXAMEM_THREADS": "1"},
+        )  # fmt: skip
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture()
+def servers(tmp_path: Path) -> Iterator[tuple[list[str], str]]:
+    if not POSTGRES_URL:
+        pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set")
+    from flexamem.server.keys import KeyFile
+
+    keyfile = tmp_path / "keys.json"
+    key = KeyFile(str(keyfile)).add_key("t" + uuid.uuid4().hex[:8])  # a tenant no other test uses
+    procs = [start(POSTGRES_URL, keyfile, tmp_path / f"server{i}.log") for i in range(2)]
+    deadline = time.monotonic() + 120
+    for proc, url in procs:
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "a server did not start"
+            time.sleep(0.3)
+    yield [url for _, url in procs], key
+    for proc, _ in procs:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_write_to_one_server_is_rendered_by_the_other_within_a_second(servers: tuple[list[str], str]) -> None:
+    (a, b), key = servers
+    headers = {"Authorization": f"Bearer {key}"}
+    statuses: list[int] = []
+    delays: list[float] = []
+    acked: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def background(url: str, k: int) -> None:  # renders and writes on both servers, all the while
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                if i % 5 == 0:
+                    sid = f"bg{k}-{i}"
+                    r = c.post(f"/v1/histories/bg{k % 2}/sessions", json={"session_id": sid, "turns": [
+                        {"speaker": "Ana", "text": f"background note {i} with code BG{k}X{i}"}]})  # fmt: skip
+                    if r.status_code == 200:
+                        acked.append((f"bg{k % 2}", sid))
+                else:
+                    r = c.post(f"/v1/histories/bg{k % 2}/render", json={"query": "code", "budget": 600})
+                statuses.append(r.status_code)
+                i += 1
+
+    threads = [threading.Thread(target=background, args=(url, k)) for k, url in enumerate([a, b, a, b])]
+    for t in threads:
+        t.start()
+    try:
+        with httpx.Client(headers=headers, timeout=60) as c:
+            for i in range(20):
+                writer, reader = (a, b) if i % 2 == 0 else (b, a)
+                code = f"ZQ{i:03d}K{uuid.uuid4().hex[:4].upper()}"
+                r = c.post(f"{writer}/v1/histories/shared/sessions", json={"session_id": f"s{i}", "turns": [
+                    {"speaker": "Ana", "text": f"The locker code is {code}."}]})  # fmt: skip
+                statuses.append(r.status_code)
+                assert r.status_code == 200, r.text
+                acked.append(("shared", f"s{i}"))
+                acked_at = time.monotonic()
+                while True:
+                    body = {"query": "locker code", "budget": 2000}
+                    shown = c.post(f"{reader}/v1/histories/shared/render", json=body)
+                    statuses.append(shown.status_code)
+                    if code in shown.text:
+                        delays.append(time.monotonic() - acked_at)
+                        break
+                    assert time.monotonic() - acked_at < 5, "the other server never showed the write"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert not [s for s in statuses if s >= 500], sorted(set(statuses))
+    assert max(delays) < 1.0, delays
+    with httpx.Client(headers=headers, timeout=60) as c:
+        for history in {h for h, _ in acked}:
+            stored = {n["session_id"] for n in c.get(f"{a}/v1/histories/{history}/notes").json()}
+            assert {sid for h, sid in acked if h == history} <= stored  # nothing acknowledged is lost
