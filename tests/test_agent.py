@@ -209,3 +209,19 @@ def test_records_and_labels_name_the_command_not_the_reasoning() -> None:
     labels = [p.label for p in note.pieces if p.label and "output of" in p.label]
     assert labels and all("THOUGHT" not in label for label in labels)
     assert any("output of grep -rn" in label or "output of sed -n" in label for label in labels)
+
+
+def test_the_trace_shows_whole_commands_newest_first_and_first_lines_for_the_rest() -> None:
+    agent = fm.Memory(":memory:").agent(task="Fix pkg/app.py", budget=4000)
+    for i in range(24):
+        script = "\n".join(f"print('check {i} line {j}')" for j in range(30))
+        agent.step(action=f"Writing a script.\n\n```bash\ncat <<'EOF' > check_{i}.py\n{script}\nEOF\n```",
+                   observation="\n".join(f"output {i} {j}" for j in range(60)))  # fmt: skip
+    ctx = agent.context()
+    trace = next(str(m["content"]) for m in ctx.messages if "Commands run before" in str(m.get("content")))
+    trace = trace.split("\n[")[0]
+    written = [s for u in agent.units()[: ctx.notes] for s in u]
+    newest, oldest = written[-1], written[0]
+    assert f"print('check {newest} line 29')" in trace  # the newest command whole
+    assert f"step {oldest + 1}: cat <<'EOF' > check_{oldest}.py …" in trace  # an old one by its first line
+    assert ctx.tokens <= ctx.ceiling

@@ -44,11 +44,12 @@ from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.store.base import StepRow
 from flexamem.text import clean_text, code_terms, query_terms
-from flexamem.write.units import agent_unit, command_of, pack_steps, step_text_tokens
+from flexamem.write.units import agent_unit, command_of, command_text, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
 TRACE_HEADER = "Commands run before the recent steps, oldest first:\n"
+TRACE_FIRST_LINE_TOKENS = 40  # a command's first line in the trace is cut to this
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class AgentSession:
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
         self._step_ids: dict[str, int] = {}
-        self._trace_lines: dict[int, tuple[str, int] | None] = {}  # step index -> its trace line and tokens
+        self._trace_lines: dict[int, tuple[str, int, str, int] | None] = {}  # step index -> its trace forms
         self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         for row in core.store.load_steps(core.history_id):
             step, msgs = _stored_step(row)
@@ -389,34 +390,56 @@ class AgentSession:
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
     def _trace(self, upto: int, allowance: int) -> str:
-        """The command trace of steps ``0..upto-1`` within ``agent_trace_share`` of the allowance: one
-        line per step that ran a command (``step N: command``), the newest kept when not all fit."""
+        """The command trace of steps ``0..upto-1`` within ``agent_trace_share`` of the allowance (and
+        ``agent_trace_max_tokens``): every
+        command's first line (``step N: command``), newest first while they fit; then, newest first,
+        whole commands (up to ``agent_trace_line_tokens`` each) in place of first lines while the
+        share allows. Shown oldest first."""
         s = self.core.settings
-        room = int(s.agent_trace_share * allowance) - self.counter.count(TRACE_HEADER)
-        lines: list[str] = []
+        room = min(int(s.agent_trace_share * allowance), s.agent_trace_max_tokens) - self.counter.count(TRACE_HEADER)
+        chosen: list[int] = []
         for i in range(upto - 1, -1, -1):
-            line = self._trace_line(i)
-            if line is None:
+            entry = self._trace_entry(i)
+            if entry is None:
                 continue
-            if line[1] + 1 > room:
+            if entry[1] + 1 > room:
                 break
-            lines.append(line[0])
-            room -= line[1] + 1
-        return TRACE_HEADER + "\n".join(reversed(lines)) if lines else ""
+            chosen.append(i)
+            room -= entry[1] + 1
+        whole: set[int] = set()
+        for i in chosen:
+            entry = self._trace_entry(i)
+            assert entry is not None
+            extra = entry[3] - entry[1]
+            if 0 < extra <= room:
+                whole.add(i)
+                room -= extra
+        lines = []
+        for i in reversed(chosen):
+            entry = self._trace_entry(i)
+            assert entry is not None
+            lines.append(entry[2] if i in whole else entry[0])
+        return TRACE_HEADER + "\n".join(lines) if lines else ""
 
-    def _trace_line(self, i: int) -> tuple[str, int] | None:
+    def _trace_entry(self, i: int) -> tuple[str, int, str, int] | None:
+        """Step ``i``'s trace forms and their tokens: (first line, tokens, whole command, tokens)."""
         if i not in self._trace_lines:
-            command = command_of(self.steps[i].action)
-            line = None
-            if command is not None:
-                text = f"step {self.steps[i].number}: {command}"
-                ids = self.counter.encode(text)
-                limit = self.core.settings.agent_trace_line_tokens
-                if len(ids) > limit:
-                    text = self.counter.decode(ids[: limit - 2]).rstrip("\ufffd") + " …"
-                line = (text, self.counter.count(text))
-            self._trace_lines[i] = line
+            whole = command_text(self.steps[i].action)
+            entry = None
+            if whole is not None:
+                head = f"step {self.steps[i].number}: "
+                short = head + (command_of(self.steps[i].action) or "")
+                long = self._cut_to(head + whole, self.core.settings.agent_trace_line_tokens)
+                short = self._cut_to(short, min(TRACE_FIRST_LINE_TOKENS, self.core.settings.agent_trace_line_tokens))
+                entry = (short, self.counter.count(short), long, self.counter.count(long))
+            self._trace_lines[i] = entry
         return self._trace_lines[i]
+
+    def _cut_to(self, text: str, limit: int) -> str:
+        ids = self.counter.encode(text)
+        if len(ids) <= limit:
+            return text
+        return self.counter.decode(ids[: max(limit - 2, 1)]).rstrip("\ufffd") + " …"
 
     def _chat_safe(self, messages: list[Message], tokens: int) -> tuple[list[Message], int]:
         """``messages`` valid for the OpenAI chat API (a window can begin with a tool reply whose call
@@ -426,6 +449,18 @@ class AgentSession:
         if all(a is b for a, b in zip(safe, messages, strict=False)) and len(safe) == len(messages):
             return safe, tokens
         return safe, sum(message_tokens(m, self.counter) for m in safe)
+
+    def is_shell(self) -> bool:
+        """Whether this is a shell agent's session: at least half of its steps ran a command line
+        (:func:`flexamem.write.units.command_text`). ``auto`` then recovers whole units."""
+        shells = sum(self._trace_entry(i) is not None for i in range(len(self.steps)))
+        return 2 * shells >= len(self.steps) > 0
+
+    def _head(self, text: str) -> str:
+        """The first ``agent_query_tokens`` tokens of ``text`` (what the shell path embeds)."""
+        ids = self.counter.encode(text)
+        limit = self.core.settings.agent_query_tokens
+        return text if len(ids) <= limit else self.counter.decode(ids[:limit]).rstrip("\ufffd")
 
     def newest_text(self) -> str:
         """The newest unit's raw text: with the task, what this call's memory is recovered against."""
@@ -455,14 +490,17 @@ class AgentSession:
     ) -> Rendering:
         mem = self.core
         newest = self.newest_text()
+        shell = mode == "auto" and self.is_shell()
+        head = self._head(newest) if shell else newest  # the shell path embeds the newest unit's head only
         query = Query(
             text=self.task + "\n" + newest,
             terms=query_terms(self.task + "\n" + newest),
             excerpt_terms=query_terms(newest),
-            vector=lambda: self.query_vector(newest),
+            vector=lambda: self.query_vector(head),
             agent=True,
             order=order,
             code=list(dict.fromkeys(code_terms(self.task + "\n" + newest))),
+            shell=shell,
         )
         spans = self._spans
         renderer = mem.renderer

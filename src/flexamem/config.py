@@ -103,13 +103,22 @@ class Settings:
     dotted, snake_case and CamelCase names: :func:`flexamem.text.code_terms`), max-normalised and added
     to the piece score; BM25 over words splits ``table_alias`` into two common words."""
 
-    agent_trace_share: float = 0.25
-    """``auto`` in agent sessions: the command trace (every past step's command on a line of its own,
-    as :func:`flexamem.write.units.command_of` reads it) takes at most this share of the allowance;
-    when longer, the newest commands are kept. Records and pieces get the rest."""
+    agent_trace_share: float = 0.4
+    """``auto`` in agent sessions: the command trace (each past step's command, as
+    :func:`flexamem.write.units.command_text` reads it) takes at most this share of the allowance:
+    every command's first line, newest first while they fit, then whole commands in their place,
+    newest first. Records and pieces get the rest."""
 
-    agent_trace_line_tokens: int = 40
-    """``auto`` in agent sessions: a command longer than this is cut (with ``…``) in the trace."""
+    agent_query_tokens: int = 64
+    """``auto`` for a shell agent: the query embedded for unit recovery is the task and the first
+    this-many tokens of the newest unit (the whole unit costs a 256-token MiniLM pass per call)."""
+
+    agent_trace_max_tokens: int = 5000
+    """``auto`` in agent sessions: the command trace never takes more than this many tokens (at large
+    budgets most raw units fit, and they hold the commands whole)."""
+
+    agent_trace_line_tokens: int = 300
+    """``auto`` in agent sessions: a whole command longer than this is cut (with ``…``) in the trace."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -66,6 +66,7 @@ class RenderOptions:
     tight_timeline: bool = True  # False: a timeline that cannot merge down to auto_rho keeps up to rho
     commands: bool = True  # False: no command trace in agent sessions (every past command on a line)
     code_terms: bool = True  # False: no BM25 over names of code kept whole (agent sessions)
+    shell_units: bool = True  # False: a shell agent's history gets pieces by BM25, as a tool-call agent's
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -131,6 +132,7 @@ class Query:
     agent: bool = False  # an agent session's call: ``auto`` ranks with the agent profile
     order: Sequence[int] | None = None  # unit recovery: the caller's candidate order instead of ``g``
     code: Sequence[str] = ()  # names of code in the query, kept whole (agent ``auto``: text.code_terms)
+    shell: bool = False  # a shell agent's call: ``auto`` recovers whole units (fit-or-degrade), see below
 
 
 class Renderer:
@@ -169,7 +171,11 @@ class Renderer:
             if full is not None:
                 return full
         base = base if base is not None else self.timeline.records(n)
-        if mode in ("pieces", "auto"):
+        if mode == "auto" and query.agent and query.shell and options.shell_units:
+            # a shell agent's outputs (files, test logs) are read whole: unit recovery, its order by
+            # MiniLM similarity to the query (docs/EVALUATION_AGENTS.md)
+            result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
+        elif mode in ("pieces", "auto"):
             result = self._pieces(
                 query, allowance, merge_allowance or allowance, base if options.timeline else [], n, mode, options
             )

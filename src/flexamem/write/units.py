@@ -29,15 +29,15 @@ SHELL_FENCE = re.compile(r"```(?:[\w-]*bash[\w-]*|sh|shell|console|zsh)[ \t]*\n(
 _CALL = re.compile(r"^(?:\[tool call [^\]\n]*\] )?([A-Za-z_][\w.-]*)\((\{.*\})\)[ \t]*$", re.M)
 
 
-def command_of(action: str) -> str | None:
-    """The command line a step ran, on one line, or None when its action is no command line.
+def command_text(action: str) -> str | None:
+    """The command a step ran, whole, or None when its action is no command.
 
-    A command line is a tool call written as ``name({...})`` (as the adapters and the trajectory
-    readers write them) whose one argument is a string holding a space or a new line (a shell command,
-    shown ``name: value``: ``bash: ls -la``), or else the first shell fenced block of the text
-    (``bash``, ``sh``, ``mswea_bash_command``...: mini-swe-agent's text actions). A command of several
-    lines is shown by its first line and `` …``. Reasoning around the command is no part of it; calls
-    with structured arguments (ids, fields) and plain replies are no command lines."""
+    A command is a tool call written as ``name({...})`` (as the adapters and the trajectory readers
+    write them) whose one argument is a string holding a space or a new line (a shell command:
+    ``bash: ls -la``; several such calls are joined with ``;``), or else the first shell fenced block
+    of the text (``bash``, ``sh``, ``mswea_bash_command``...: mini-swe-agent's text actions).
+    Reasoning around the command is no part of it; calls with structured arguments (ids, fields) and
+    plain replies are no commands."""
     calls = []
     for m in _CALL.finditer(action):
         try:
@@ -46,15 +46,17 @@ def command_of(action: str) -> str | None:
             continue
         one = next(iter(args.values())) if isinstance(args, dict) and len(args) == 1 else None
         if isinstance(one, str) and any(c in one.strip() for c in " \n"):
-            calls.append(f"{m.group(1)}: {one}")
+            calls.append(f"{m.group(1)}: {one.strip()}")
     if calls:
-        text = " ; ".join(calls)
-    else:
-        fence = SHELL_FENCE.search(action)
-        if fence is None:
-            return None
-        text = fence.group(1)
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        return " ; ".join(calls)
+    fence = SHELL_FENCE.search(action)
+    return fence.group(1).strip() or None if fence is not None else None
+
+
+def command_of(action: str) -> str | None:
+    """:func:`command_text` on one line: its first line, and `` …`` when it has more."""
+    text = command_text(action)
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     if not lines:
         return None
     return lines[0] + (" …" if len(lines) > 1 else "")
