@@ -73,6 +73,7 @@ def test_the_record_writers_model_tokens_are_counted_per_tenant(
     with FakeOpenAI() as model:
         monkeypatch.setenv("FLEXAMEM_LLM_BASE_URL", model.url)
         monkeypatch.setenv("FLEXAMEM_LLM_MODEL", "fake")
+        monkeypatch.setenv("FLEXAMEM_LLM_CACHE", "off")  # a cached answer costs no tokens
         client, _ = app_client(tmp_path, offload_writes=False, records="llm")
         with client:
             r = client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
