@@ -164,3 +164,21 @@ def test_renders_are_answered_while_a_slow_write_is_in_flight(tmp_path: Path) ->
         done.wait(300)
     assert write_status == [200]
     assert answered_during >= 4  # renders of both histories went on while the write was being embedded
+
+
+def test_renders_writes_and_contexts_are_spans_when_opentelemetry_is_set_up(tmp_path: Path) -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # once per process; the server's tracer follows it
+    client, _ = app_client(tmp_path, offload_writes=False)
+    with client:
+        client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
+        client.post("/v1/histories/trip/render", json={"query": "Which invoice?", "budget": 400})
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert "flexamem.write" in names and "flexamem.render" in names
