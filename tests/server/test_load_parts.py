@@ -175,3 +175,32 @@ def test_renders_writes_and_contexts_are_spans_when_opentelemetry_is_set_up(tmp_
         client.post("/v1/histories/trip/render", json={"query": "Which invoice?", "budget": 400})
     names = [s.name for s in exporter.get_finished_spans()]
     assert "flexamem.write" in names and "flexamem.render" in names
+
+
+def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: OffloadedEmbedder) -> None:
+    with writing():
+        offloaded.embed(["warm"])
+    [child] = multiprocessing.active_children()
+    assert child.pid is not None
+
+    def cpu_ticks() -> int:
+        fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    texts = [f"invoice INV-{i} for the Lisbon trip, paid on day {i % 28}" for i in range(3000)]
+    out: list[np.ndarray] = []
+
+    def job() -> None:
+        with writing():
+            out.append(offloaded.embed(texts))
+
+    worker = threading.Thread(target=job)
+    before = cpu_ticks()
+    worker.start()
+    deadline = time.monotonic() + 60
+    while cpu_ticks() < before + 20 and time.monotonic() < deadline:  # the job is being computed
+        time.sleep(0.01)
+    child.kill()
+    worker.join(timeout=600)
+    assert out and out[0].shape == (3000, default_embedder().dim) and offloaded.restarts == 1
+    assert np.allclose(out[0][:3], default_embedder().embed(texts[:3]), atol=1e-5)
