@@ -93,7 +93,8 @@ class AgentSession:
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
         self._step_ids: dict[str, int] = {}
-        self._trace_lines: dict[int, tuple[str, int, str, int] | None] = {}  # step index -> its trace forms
+        self._commands: list[str | None] = []  # each step's command (write.units.command_text), or None
+        self._trace_lines: dict[int, tuple[str, int, str, int]] = {}  # step index -> its trace forms
         self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         for row in core.store.load_steps(core.history_id):
             step, msgs = _stored_step(row)
@@ -245,6 +246,7 @@ class AgentSession:
             yield row, self._left_drafts()
         except BaseException:
             self.steps.pop()
+            self._commands.pop()
             self._trace_lines.pop(len(self.steps), None)
             self._messages.pop()
             self._raw_tokens.pop()
@@ -264,6 +266,7 @@ class AgentSession:
         self._messages.append(msgs)
         self._raw_tokens.append(step_text_tokens(step, self.counter))
         self._msg_tokens.append(sum(message_tokens(m, self.counter) for m in msgs))
+        self._commands.append(command_text(step.action))
 
     def units(self) -> list[list[int]]:
         """Step indexes of each unit (packing is prefix-stable: only the newest unit still grows)."""
@@ -376,70 +379,63 @@ class AgentSession:
         rendering = self._render(
             allowance - trace_tokens, reference - trace_tokens, first, options, mode, order=positions
         )
-        messages = list(fixed)
-        text = "\n".join(t for t in (trace, rendering.text) if t)
-        if text:
-            messages.append({"role": "user", "content": MEMORY_HEADER + text})
-        messages += window
+
+        def compose(*parts: str) -> list[Message]:
+            text = "\n".join(t for t in parts if t)
+            return [*fixed, *([{"role": "user", "content": MEMORY_HEADER + text}] if text else []), *window]
+
+        messages = compose(trace, rendering.text)
         tokens = messages_tokens(messages, self.counter)
-        if tokens > ceiling and trace:  # the join cost a token more than counted: leave the trace out
-            messages = [m for m in messages if m.get("content") != MEMORY_HEADER + text]
-            if rendering.text:
-                messages.insert(len(fixed), {"role": "user", "content": MEMORY_HEADER + rendering.text})
+        if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
+            messages = compose(rendering.text)
             tokens = messages_tokens(messages, self.counter)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
     def _trace(self, upto: int, allowance: int) -> str:
         """The command trace of steps ``0..upto-1`` within ``agent_trace_share`` of the allowance (and
-        ``agent_trace_max_tokens``): every
-        command's first line (``step N: command``), newest first while they fit; then, newest first,
-        whole commands (up to ``agent_trace_line_tokens`` each) in place of first lines while the
-        share allows. Shown oldest first."""
+        ``agent_trace_max_tokens``): every command's first line (``step N: command``), newest first
+        while they fit; then, newest first, whole commands (up to ``agent_trace_line_tokens`` each) in
+        place of first lines while room is left. Shown oldest first."""
         s = self.core.settings
         room = min(int(s.agent_trace_share * allowance), s.agent_trace_max_tokens) - self.counter.count(TRACE_HEADER)
-        chosen: list[int] = []
+        chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
         for i in range(upto - 1, -1, -1):
-            entry = self._trace_entry(i)
-            if entry is None:
+            if self._commands[i] is None:
                 continue
+            entry = self._trace_entry(i)
             if entry[1] + 1 > room:
                 break
-            chosen.append(i)
+            chosen.append(list(entry))
             room -= entry[1] + 1
-        whole: set[int] = set()
-        for i in chosen:
-            entry = self._trace_entry(i)
-            assert entry is not None
-            extra = entry[3] - entry[1]
-            if 0 < extra <= room:
-                whole.add(i)
-                room -= extra
-        lines = []
-        for i in reversed(chosen):
-            entry = self._trace_entry(i)
-            assert entry is not None
-            lines.append(entry[2] if i in whole else entry[0])
-        return TRACE_HEADER + "\n".join(lines) if lines else ""
+        for line in chosen:
+            if 0 < line[3] - line[1] <= room:
+                room -= line[3] - line[1]
+                line[0] = line[2]
+        return TRACE_HEADER + "\n".join(line[0] for line in reversed(chosen)) if chosen else ""
 
-    def _trace_entry(self, i: int) -> tuple[str, int, str, int] | None:
-        """Step ``i``'s trace forms and their tokens: (first line, tokens, whole command, tokens)."""
+    def _trace_entry(self, i: int) -> tuple[str, int, str, int]:
+        """Step ``i``'s trace forms and their tokens (first line, tokens, whole command, tokens); the
+        step must have a command."""
         if i not in self._trace_lines:
-            whole = command_text(self.steps[i].action)
-            entry = None
-            if whole is not None:
-                head = f"step {self.steps[i].number}: "
-                short = head + (command_of(self.steps[i].action) or "")
-                long = self._cut_to(head + whole, self.core.settings.agent_trace_line_tokens)
-                short = self._cut_to(short, min(TRACE_FIRST_LINE_TOKENS, self.core.settings.agent_trace_line_tokens))
-                entry = (short, self.counter.count(short), long, self.counter.count(long))
-            self._trace_lines[i] = entry
+            whole, s = self._commands[i], self.core.settings
+            assert whole is not None
+            head = f"step {self.steps[i].number}: "
+            short = self._cut_to(
+                head + (command_of(self.steps[i].action) or ""),
+                min(TRACE_FIRST_LINE_TOKENS, s.agent_trace_line_tokens),
+                " …",
+            )
+            long = self._cut_to(head + whole, s.agent_trace_line_tokens, " …")
+            self._trace_lines[i] = (short, self.counter.count(short), long, self.counter.count(long))
         return self._trace_lines[i]
 
-    def _cut_to(self, text: str, limit: int) -> str:
+    def _cut_to(self, text: str, limit: int, mark: str = "") -> str:
+        """``text`` cut to at most ``limit`` tokens (``mark`` appended, within the limit, when cut)."""
         ids = self.counter.encode(text)
         if len(ids) <= limit:
             return text
-        return self.counter.decode(ids[: max(limit - 2, 1)]).rstrip("\ufffd") + " …"
+        keep = max(limit - 2, 1) if mark else limit  # room for the mark, whatever it merges with
+        return self.counter.decode(ids[:keep]).rstrip("\ufffd") + mark
 
     def _chat_safe(self, messages: list[Message], tokens: int) -> tuple[list[Message], int]:
         """``messages`` valid for the OpenAI chat API (a window can begin with a tool reply whose call
@@ -453,14 +449,7 @@ class AgentSession:
     def is_shell(self) -> bool:
         """Whether this is a shell agent's session: at least half of its steps ran a command line
         (:func:`flexamem.write.units.command_text`). ``auto`` then recovers whole units."""
-        shells = sum(self._trace_entry(i) is not None for i in range(len(self.steps)))
-        return 2 * shells >= len(self.steps) > 0
-
-    def _head(self, text: str) -> str:
-        """The first ``agent_query_tokens`` tokens of ``text`` (what the shell path embeds)."""
-        ids = self.counter.encode(text)
-        limit = self.core.settings.agent_query_tokens
-        return text if len(ids) <= limit else self.counter.decode(ids[:limit]).rstrip("\ufffd")
+        return 2 * sum(c is not None for c in self._commands) >= len(self.steps) > 0
 
     def newest_text(self) -> str:
         """The newest unit's raw text: with the task, what this call's memory is recovered against."""
@@ -491,7 +480,8 @@ class AgentSession:
         mem = self.core
         newest = self.newest_text()
         shell = mode == "auto" and self.is_shell()
-        head = self._head(newest) if shell else newest  # the shell path embeds the newest unit's head only
+        # the shell path embeds the newest unit's head only, and ranks no pieces (no names of code needed)
+        head = self._cut_to(newest, self.core.settings.agent_query_tokens) if shell else newest
         query = Query(
             text=self.task + "\n" + newest,
             terms=query_terms(self.task + "\n" + newest),
@@ -499,7 +489,7 @@ class AgentSession:
             vector=lambda: self.query_vector(head),
             agent=True,
             order=order,
-            code=list(dict.fromkeys(code_terms(self.task + "\n" + newest))),
+            code=() if shell else list(dict.fromkeys(code_terms(self.task + "\n" + newest))),
             shell=shell,
         )
         spans = self._spans
