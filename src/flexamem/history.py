@@ -38,7 +38,7 @@ class History:
         self.piece_vector_ready: list[bool] = []
         self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
-        self.code_index = BM25Index()  # same docs, over names of code kept whole (text.code_terms)
+        self._code_index = BM25Index()  # same docs, over names of code (built when first asked for)
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
@@ -56,7 +56,6 @@ class History:
         if not notes and not links:
             return
         docs: list[list[str]] = []
-        code: list[list[str]] = []
         for note in notes:
             if note.seq != len(self.notes):
                 raise ValueError(f"note seq {note.seq} out of order (expected {len(self.notes)})")
@@ -69,12 +68,11 @@ class History:
             previous: object = None
             for piece in note.pieces:
                 docs.append(content_words(piece.text))
-                code.append(code_terms(piece.text))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
                 previous = turn
-        self._index(docs, code)
+        self._index(docs)
         if notes:
             start = len(self.notes) - len(notes)
             self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
@@ -83,24 +81,31 @@ class History:
             if b not in self.links[a]:
                 self.links[a].append(b)
 
-    def _index(self, docs: list[list[str]], code: list[list[str]]) -> None:
+    def _index(self, docs: list[list[str]]) -> None:
         """Add the new pieces' words to the BM25 indexes and count their identifier words: one by one
         for a few (a write), in bulk with numpy for many (a history's load)."""
         if len(docs) < BULK:
-            for names in code:
-                self.code_index.add(names)
             for words in docs:
                 self.index.add(words)
                 self.stem_index.add(stemmed(words))
                 self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
             return
-        self.code_index.add_many(code)
         pairs = count_pairs(docs)
         self.index.add_pairs(pairs)
         self.stem_index.add_pairs(pairs, transform=stem)
         is_id = np.fromiter((is_identifier(w) for w in pairs.words), dtype=bool, count=len(pairs.words))
         counts = np.bincount(pairs.docs[is_id[pairs.terms]], minlength=len(docs))
         self.identifiers.extend(counts.tolist())
+
+    @property
+    def code_index(self) -> BM25Index:
+        """BM25 over the names of code in each piece (:func:`flexamem.text.code_terms`), same doc ids.
+        Only agent ``auto``'s pieces path asks for it, so it is built then (and extended with the
+        pieces added since), never for a reader's history."""
+        start = len(self._code_index)
+        if start < len(self.piece_of):
+            self._code_index.add_many([code_terms(self.piece(d)[1].text) for d in range(start, len(self.piece_of))])
+        return self._code_index
 
     def _add_piece_vectors(self, note: Note) -> None:
         start, count = len(self.piece_vector_ready), len(note.pieces)
