@@ -78,8 +78,13 @@ def test_the_record_writers_model_tokens_are_counted_per_tenant(
         with client:
             r = client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
             assert r.status_code == 200
+            r = client.post("/v1/histories/trip/sessions", json={"session_id": "s2", "turns": TURNS[:2]})
+            assert r.status_code == 200
             text = client.get("/metrics").text
-    assert samples(text)[("flexamem_llm_tokens_total", (("tenant", "acme"),))] > 0
+            mem = client.app.state.memories.get("acme", "trip")  # type: ignore[attr-defined]
+            spent = sum(c.prompt_tokens + c.completion_tokens for c in mem.store.llm_calls(mem.history_id))
+    counted = samples(text)[("flexamem_llm_tokens_total", (("tenant", "acme"),))]
+    assert counted > 0 and counted == spent  # each write's calls counted once
 
 
 def test_open_histories_are_bounded_and_reopen_from_the_store(tmp_path: Path) -> None:

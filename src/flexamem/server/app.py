@@ -316,7 +316,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         writer = LLMWriter(endpoint.client())
     memories = Memories(config.db, config.max_open, OffloadedEmbedder() if config.offload_writes else None, writer)
     metrics = Metrics()
-    spent: dict[str, int] = {}  # history -> LLM calls of its record writer already counted
 
     def opened(t: str, history: str) -> Memory:
         before = memories.evicted
@@ -326,13 +325,17 @@ def create_app(config: ServerConfig) -> FastAPI:
             metrics.evicted.inc(memories.evicted - before)
         return mem
 
-    def count_llm_tokens(t: str, mem: Memory) -> None:
-        if writer is None:
+    def count_llm_tokens(t: str, mem: Memory, units: list[str]) -> None:
+        """The model tokens the record writer spent on the notes this write stored (calls answered from
+        the cache cost none); read from the store's call log, so no worker counts another's."""
+        if writer is None or not units:
             return
-        calls = mem.store.llm_calls(mem.history_id)
-        new = calls[spent.get(mem.history_id, 0) :]
-        spent[mem.history_id] = len(calls)
-        tokens = sum(c.prompt_tokens + c.completion_tokens for c in new if not c.cached)
+        seqs = {mem.core.history.unit_ids[u] for u in units}
+        tokens = sum(
+            c.prompt_tokens + c.completion_tokens
+            for c in mem.store.llm_calls(mem.history_id)
+            if c.seq in seqs and not c.cached
+        )
         if tokens:
             metrics.llm_tokens.labels(t).inc(tokens)
 
@@ -435,7 +438,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         turns = [x.model_dump(exclude_none=True) for x in body.turns]
         with a_write():
             units = mem.add_session(turns, session_id=body.session_id, date=body.date)
-        count_llm_tokens(t, mem)
+        count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
     @app.post("/v1/histories/{history}/messages", response_model=Units)
@@ -444,7 +447,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         mem = opened(t, history)
         with a_write():
             units = mem.add_messages(body.messages, session_id=body.session_id, date=body.date)
-        count_llm_tokens(t, mem)
+        count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
     @app.post("/v1/histories/{history}/render", response_model=RenderOut)
