@@ -39,13 +39,14 @@ _DISPLAY = frozenset({"cat", "nl", "head", "tail", "less", "more", "bat", "view"
 _SPLIT = re.compile(r"&&|\|\||[;|\n]")
 
 
-def _leaves(value: Any) -> Iterator[str]:
+def leaves(value: Any) -> Iterator[str]:
+    """The values of a JSON value (strings, numbers), depth first."""
     if isinstance(value, dict):
         for v in value.values():
-            yield from _leaves(v)
+            yield from leaves(v)
     elif isinstance(value, list):
         for v in value:
-            yield from _leaves(v)
+            yield from leaves(v)
     elif not (isinstance(value, bool) or value is None):
         yield str(value)
 
@@ -68,7 +69,7 @@ def commands_of(messages: Iterable[dict[str, Any]]) -> list[str]:
                 except json.JSONDecodeError:
                     out.append(str(args))
                     continue
-            out += [leaf for leaf in _leaves(args) if leaf.strip()]
+            out += [leaf for leaf in leaves(args) if leaf.strip()]
     return out
 
 
@@ -81,10 +82,9 @@ def _is_identifier(word: str) -> bool:
 
 def details_of(command: str) -> list[str]:
     """The details of one command, in order of first appearance, each once."""
-    found: list[tuple[int, str]] = []
-    for rx in (_TEST_ID, _PATH_LINE, PATH):
-        found += [(m.start(), m.group(0)) for m in rx.finditer(command)]
-    spans = [(m.start(), m.end()) for rx in (_TEST_ID, _PATH_LINE, PATH) for m in rx.finditer(command)]
+    whole = [m for rx in (_TEST_ID, _PATH_LINE, PATH) for m in rx.finditer(command)]
+    found: list[tuple[int, str]] = [(m.start(), m.group(0)) for m in whole]
+    spans = [(m.start(), m.end()) for m in whole]
 
     def free(m: re.Match[str]) -> bool:  # not a part of a path or test id found above
         return not any(a <= m.start() and m.end() <= b for a, b in spans)

@@ -52,6 +52,7 @@ from flexamem_bench.details import (
     commands_of,
     details_of,
     displays_in,
+    leaves,
     listed_paths,
     occurs,
     readable,
@@ -82,18 +83,8 @@ def context_text(messages: list[Message]) -> str:
 
 
 def _leaves(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, bool) or value is None:
-        return
-    else:
-        text = str(value)
-        if len(text) >= 4:
-            yield text
+    """JSON leaves of 4+ characters (the values ``detail_recall_json`` asks for)."""
+    return (text for text in leaves(value) if len(text) >= 4)
 
 
 class Method:

@@ -255,7 +255,7 @@ class RuleWriter:
             action = " ".join((command or parts.get("action", "")).split())
             output = parts.get("output", "")
             call = cut_words(action, max(per_step // 2, 4), " …")
-            calls.append(re.split(r"[(:\s]", action, maxsplit=1)[0] or "?" if action else "?")
+            calls.append(re.split(r"[(:\s]", action, maxsplit=1)[0] or "?")
             outcome = cut_words(" ".join(output.split()), max(per_step // 4, 3), " …") or "(no output)"
             keys = json_keys_in(output)
             found = [x for x in identifiers_in(output) + numbers_in(output) if x not in outcome and x not in keys][:3]
