@@ -59,24 +59,25 @@ def main() -> None:
         else:
             code = flexamem(command)
             print(f"done in {time.perf_counter() - start:.0f} s (exit {code})")
+        trajectories = Path(args.data).resolve().parents[1] / "agent_trajectories"
         if args.trajectories:
-            data = Path(args.data).resolve().parents[1] / "agent_trajectories/tau_bench/gpt-4o-airline-dev.json"
-            agent = [
-                "eval", "trajectories", "--data", str(data), "--limit", str(args.trajectories), "--budgets", "2048",
-                "--budget-part", "history", "--methods", TRAJECTORY_METHODS, "--out", args.out + "-trajectories",
-                "--resamples", "2000",
-            ]  # fmt: skip
-            print("flexamem", shlex.join(agent))
-            print(f"exit {flexamem(agent)}")
+            replay(trajectories / "tau_bench/gpt-4o-airline-dev.json", args.trajectories, "2048",
+                   TRAJECTORY_METHODS, args.out + "-trajectories")  # fmt: skip
         if args.swe:
-            data = Path(args.data).resolve().parents[1] / "agent_trajectories/mini_swe_agent/gemini-3-pro-dev.json"
-            swe = [
-                "eval", "trajectories", "--data", str(data), "--limit", str(args.swe), "--budgets", "8000",
-                "--budget-part", "history", "--methods", SWE_METHODS, "--out", args.out + "-swe",
-                "--resamples", "2000",
-            ]  # fmt: skip
-            print("flexamem", shlex.join(swe))
-            print(f"exit {flexamem(swe)} after {time.perf_counter() - start:.0f} s")
+            replay(
+                trajectories / "mini_swe_agent/gemini-3-pro-dev.json", args.swe, "8000", SWE_METHODS, args.out + "-swe"
+            )
+        print(f"all done after {time.perf_counter() - start:.0f} s")
+
+
+def replay(data: Path, limit: int, budgets: str, methods: str, out: str) -> None:
+    """``flexamem eval trajectories`` on the first ``limit`` runs of ``data`` (history budgets)."""
+    command = [
+        "eval", "trajectories", "--data", str(data), "--limit", str(limit), "--budgets", budgets,
+        "--budget-part", "history", "--methods", methods, "--out", out, "--resamples", "2000",
+    ]  # fmt: skip
+    print("flexamem", shlex.join(command))
+    print(f"exit {flexamem(command)}")
 
 
 if __name__ == "__main__":

@@ -3,30 +3,17 @@ history: it builds, stays within the budget on every rendering, and reports its 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import flexamem as fm
 from flexamem import budget as fm_budget
-from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+from flexamem.llm.local import LocalServer
 from flexamem_bench.baselines.reader import BASELINE_METHODS
 from flexamem_bench.methods import MethodContext
 from flexamem_bench.reader import READER_PROMPT
+from tests.integration.conftest import NEEDS_LOCAL_LLM
 
-WHY_NOT = local_server_available()
-REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT))]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    if WHY_NOT is not None:
-        pytest.fail(WHY_NOT)
-    with LocalServer(local_model_path()) as s:
-        yield s
+pytestmark = NEEDS_LOCAL_LLM
 
 
 def test_every_baseline_with_the_local_model(server: LocalServer, tmp_path: Path) -> None:

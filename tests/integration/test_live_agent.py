@@ -6,8 +6,6 @@ model received is within the ceiling and a valid chat message list."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +14,11 @@ import pytest
 import flexamem as fm
 from flexamem.agent import AgentContext
 from flexamem.chat import chat_problems
-from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+from flexamem.llm.local import LocalServer
 from flexamem.render.messages import messages_tokens
+from tests.integration.conftest import NEEDS_LOCAL_LLM
 
-WHY_NOT = local_server_available()
-REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT)),
-]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    if WHY_NOT is not None:
-        pytest.fail(WHY_NOT)
-    with LocalServer(local_model_path()) as s:
-        yield s
+pytestmark = NEEDS_LOCAL_LLM
 
 
 def test_mini_swe_agent_runs_with_memory_on_the_local_model(

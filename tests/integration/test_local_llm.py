@@ -10,31 +10,18 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import flexamem as fm
 from flexamem.cli.demo import DEMO_SESSIONS
-from flexamem.llm.local import LocalServer, local_model_path, local_server_available
+from flexamem.llm.local import LocalServer, local_model_path
 from tests.helpers import needs_data, shared_file
+from tests.integration.conftest import NEEDS_LOCAL_LLM, require_local_llm
 
-WHY_NOT = local_server_available()
-REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_LOCAL_LLM") == "1"
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT)),
-]
+pytestmark = NEEDS_LOCAL_LLM
 MODEL = "qwen2.5-coder-0.5b-instruct"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    if WHY_NOT is not None:  # required (CI) but missing: a failure, not a skip
-        pytest.fail(WHY_NOT)
-    with LocalServer(local_model_path()) as s:
-        yield s
 
 
 def llm(server: LocalServer, cache: Path) -> fm.OpenAICompatible:
@@ -117,8 +104,7 @@ def test_a_real_model_reads_and_judges(server: LocalServer, tmp_path: Path) -> N
 
 def test_the_server_reports_its_own_death(tmp_path: Path) -> None:
     """A server that dies mid-run is named as the cause (exit code, log) at once, not after retries."""
-    if WHY_NOT is not None:
-        pytest.fail(WHY_NOT)
+    require_local_llm()
     with LocalServer(local_model_path()) as s:
         client = s.client(MODEL, timeout=30)
         assert s.dead() is None
