@@ -35,3 +35,37 @@ def test_shared_instance_and_batch() -> None:
     assert counter() is counter()
     assert counter().count_many(SAMPLES) == [fm.count(s) for s in SAMPLES]
     assert fm.count("") == 0
+
+
+def test_concurrent_first_asks_build_one_counter_and_one_embedder() -> None:
+    """A server's first requests arrive together: each model is built once, the other threads wait."""
+    import subprocess
+    import sys
+
+    script = """
+import threading
+import flexamem.tokens as tokens
+import flexamem.write.default_embed as default_embed
+from flexamem.write import embed
+built = {"counter": 0, "embedder": 0}
+counter_init, embed_init = tokens.TokenCounter.__init__, embed.MiniLMEmbedder.__init__
+def counted(name, init):
+    def wrapper(self, *a, **k):
+        built[name] += 1
+        init(self, *a, **k)
+    return wrapper
+tokens.TokenCounter.__init__ = counted("counter", counter_init)
+embed.MiniLMEmbedder.__init__ = counted("embedder", embed_init)
+got = []
+def ask():
+    got.append((tokens.counter(), default_embed.default_embedder()))
+threads = [threading.Thread(target=ask) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert len({id(c) for c, _ in got}) == 1 and len({id(e) for _, e in got}) == 1, got
+print(built["counter"], built["embedder"])
+"""
+    env = {**__import__("os").environ, "FLEXAMEM_EMBEDDER": "numpy"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1"]

@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import importlib.resources
 import threading
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from flexamem.errors import ModelUnavailableError
@@ -99,12 +98,17 @@ class TokenCounter:
 
 
 _lock = threading.Lock()
+_SHARED: list[TokenCounter] = []
 
 
-@lru_cache(maxsize=1)
 def _shared() -> TokenCounter:
-    with _lock:
-        return TokenCounter()
+    """Built once per process, even when many threads ask first at once (a server's first requests):
+    the others wait for it instead of each building their own (~0.3 s of the GIL each)."""
+    if not _SHARED:
+        with _lock:
+            if not _SHARED:
+                _SHARED.append(TokenCounter())
+    return _SHARED[0]
 
 
 def counter() -> TokenCounter:

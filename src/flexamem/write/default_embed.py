@@ -5,27 +5,35 @@ from __future__ import annotations
 
 import os
 import threading
-from functools import lru_cache
 
 from flexamem.errors import ModelUnavailableError
 from flexamem.write.embed import Embedder, MiniLMEmbedder
 
 _lock = threading.Lock()
+_SHARED: list[Embedder] = []
 
 
-@lru_cache(maxsize=1)
 def _shared() -> Embedder:
+    """Built once per process, even when many threads ask first at once (each would load the weights)."""
+    if _SHARED:
+        return _SHARED[0]
     with _lock:
-        choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
-        if choice in ("auto", "onnx"):
-            try:
-                from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+        if not _SHARED:
+            _SHARED.append(_build())
+        return _SHARED[0]
 
-                return OnnxMiniLMEmbedder()
-            except ImportError:
-                if choice == "onnx":
-                    raise ModelUnavailableError("FLEXAMEM_EMBEDDER=onnx needs: pip install 'flexamem[onnx]'") from None
-        return MiniLMEmbedder()
+
+def _build() -> Embedder:
+    choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
+    if choice in ("auto", "onnx"):
+        try:
+            from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+            return OnnxMiniLMEmbedder()
+        except ImportError:
+            if choice == "onnx":
+                raise ModelUnavailableError("FLEXAMEM_EMBEDDER=onnx needs: pip install 'flexamem[onnx]'") from None
+    return MiniLMEmbedder()
 
 
 def default_embedder() -> Embedder:
