@@ -80,11 +80,14 @@ class AgentSession:
         self.core = core
         self.session_id = session_id
         self.counter = core.counter
-        meta = core.store.ensure_history(core.history_id, "agent")
         core.sync()  # reads the session's epoch: from here on a drop of it is refused, never started afresh
-        if core.epoch is None:
+        found = core.store.history_meta(core.history_id)  # never creates: a session is created by open()
+        if core.epoch is None or found is None:
             raise HistoryDroppedError(f"agent session {session_id!r} was deleted")
+        if "task" not in found[1]:  # only an interrupted open of an older version left such a row
+            raise InvalidInputError(f"agent session {session_id!r} was stored without its task: drop it")
         core.pinned = True
+        meta = found[1]  # of the pinned epoch: _alive() below fails if the session was dropped since
         self.task: str = meta["task"]
         self.system: str = meta.get("system", "")
         self.budget: int = int(meta["budget"])

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import random
 import time
+import traceback
 from typing import Any
 
 import pytest
@@ -61,12 +62,12 @@ def worker(path: str, prefix: str, k: int, seconds: float, out: Any) -> None:
             counts["refused"] += 1
         except fm.InvalidInputError as exc:  # resuming a session another worker's drop deleted mid-open
             if "task" not in str(exc):
-                bad.append(repr(exc))
+                bad.append(traceback.format_exc(limit=-4))
             agents.pop(h, None)
         except fm.ConcurrentWriteError:
             counts["refused"] += 1
-        except Exception as exc:  # anything else is a failure of the promise
-            bad.append(repr(exc))
+        except Exception:  # anything else is a failure of the promise
+            bad.append(traceback.format_exc(limit=-4))
     out.put((k, counts, bad))
 
 

@@ -89,6 +89,53 @@ def test_drop_session_stops_its_open_driver(store_path: str, tenant: str) -> Non
     assert mem.store.load_steps(agent.core.history_id) == []
 
 
+def test_a_session_dropped_while_it_is_resumed_is_refused_and_not_left_half_made(
+    store_path: str, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak's finding: a drop between resume's "is it stored?" and its read of the session made an
+    empty session row (no task) that every later resume failed on with KeyError('task')."""
+    mem = fm.Memory(store_path, history=tenant)
+    mem.agent(task="t", budget=600, session_id="s").step(action="a", observation="b")
+    store, dropper = mem.store, fm.Memory(store_path, history=tenant)
+    kind = store.history_kind
+
+    def kind_then_drop(history: str) -> str | None:
+        found = kind(history)
+        dropper.drop_session("s")  # another process deletes the session right after the check
+        return found
+
+    monkeypatch.setattr(store, "history_kind", kind_then_drop)
+    with pytest.raises(fm.HistoryDroppedError, match="deleted"):
+        mem.agent(session_id="s")
+    monkeypatch.undo()
+    assert not any(h.startswith(tenant) for h, _ in store.histories())  # nothing half-made
+    again = mem.agent(task="t3", budget=600, session_id="s")  # the name starts afresh
+    assert again.task == "t3" and again.steps == []
+
+
+def test_a_history_dropped_while_it_is_created_is_created_again(
+    store_path: str, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ensure_history read the row it had just inserted in a second statement: a drop in between made
+    it fail with IndexError. It now creates the history again and returns its meta."""
+    store = fm.Memory(store_path, history=tenant).store
+    hid = f"{tenant}/agent:x"
+    reads = []
+    meta = store.history_meta
+
+    def meta_after_a_drop(history: str) -> tuple[str, dict[str, object]] | None:
+        reads.append(history)
+        if len(reads) == 2:  # just after ensure_history's insert
+            store.drop_history(history)
+        return meta(history)
+
+    monkeypatch.setattr(store, "history_meta", meta_after_a_drop)
+    assert store.ensure_history(hid, "agent", {"task": "t"}) == {"task": "t"}
+    assert len(reads) == 3
+    monkeypatch.undo()
+    assert store.history_meta(hid) == ("agent", {"task": "t"})
+
+
 def test_writes_racing_drops_land_wholly_before_or_after(store_path: str, tenant: str) -> None:
     """Threads write (each its own Memory) while another drops the history again and again: every
     history left is numbered 0, 1, 2, ... with every digest intact, and renders."""

@@ -49,6 +49,10 @@ class Store(Protocol):
         """Create the history if new; return its stored meta (which the first call fixed)."""
         ...
 
+    def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
+        """``(kind, meta)`` of one history, or None when the store has none (never creates one)."""
+        ...
+
     def histories(self) -> list[tuple[str, str]]:
         """(id, kind) of every history, oldest first."""
         ...

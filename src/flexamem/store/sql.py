@@ -61,14 +61,19 @@ class SQLStore:
 
     # -- histories ---------------------------------------------------------------------------------
     def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
-        if not rows:  # another process may create it first: the first meta wins
+        for _ in range(5):  # another process may create it first (the first meta wins) or drop it between
+            found = self.history_meta(history)
+            if found is not None:
+                if found[0] != kind:
+                    raise StoreError(f"history {history!r} is a {found[0]} history, not {kind}")
+                return found[1]
             with self._write() as conn:
                 self._run(conn, NEW_HISTORY, (history, kind, json.dumps(meta or {}), time.time(), new_epoch()))
-            rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
-        if rows[0][0] != kind:
-            raise StoreError(f"history {history!r} is a {rows[0][0]} history, not {kind}")
-        return dict(json.loads(rows[0][1]))
+        raise ConcurrentWriteError(f"history {history!r} was dropped each time it was created: try again")
+
+    def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
+        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
+        return (str(rows[0][0]), dict(json.loads(rows[0][1]))) if rows else None
 
     def history_head(self, history: str) -> tuple[str | None, int]:
         rows = self._read(
