@@ -186,12 +186,19 @@ def test_auto_keeps_a_trace_of_every_command_of_a_coding_agent() -> None:
     ctx = agent.context()
     memory = next(m["content"] for m in ctx.messages if str(m.get("content")).startswith("Memory of earlier"))
     assert ctx.tokens <= ctx.ceiling and "Commands run before the recent steps" in memory
-    trace = memory.split("\n\n")[0] if "\n\n" in memory else memory
+    trace = memory.split("\n[")[0]
     written = [s for u in agent.units()[: ctx.notes] for s in u]
-    for i in written:  # every command that left the window, its command line and no reasoning
+    assert ctx.memory is not None
+    raw = {i for v in ctx.memory.shown if v.resolution == "raw" for i in agent.units()[v.seq]}
+    assert 0 < len(raw) < len(written)
+    for i in written:  # every command that left the window: in the trace, or raw in the memory below it
         command = f"sed -n '1,60p' pkg/mod_{i}.py" if i % 2 else f"grep -rn parser_state_{i} pkg"
-        assert f"step {i + 1}: {command}" in trace
-    assert "which is long reasoning" not in memory.split("[u")[0]
+        assert (f"step {i + 1}: {command}" in trace) == (i not in raw)
+        assert command in memory
+    assert "which is long reasoning" not in trace
+    full = shell_agent().context(options=fm.RenderOptions(trace_unshown=False))
+    listed = next(str(m["content"]) for m in full.messages if "Commands run before" in str(m.get("content")))
+    assert all(f"step {i + 1}: " in listed.split("\n[")[0] for i in written)  # the switch off: every command
     off = shell_agent().context(options=fm.RenderOptions(commands=False))
     assert not any("Commands run before" in str(m.get("content")) for m in off.messages)
     short = shell_agent(fm.Settings(agent_trace_share=0.05)).context()

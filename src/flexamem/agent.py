@@ -375,35 +375,49 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options)
             return self.cut_newest(fixed, ceiling, first)
-        trace, trace_tokens = "", 0
+        trace, trace_tokens, rendering, shown = "", 0, None, set[int]()
+        upto = units[first][0] if first < len(units) else len(self.steps)
         if mode == "auto" and options.commands and first > 0:
-            trace = self._trace(units[first][0] if first < len(units) else len(self.steps), allowance)
+            if options.trace_unshown:  # what the memory alone shows raw needs no trace line
+                rendering = self._render(allowance, reference, first, options, mode, order=positions)
+                shown = self._raw_steps(rendering, units)
+            trace = self._trace(upto, allowance, shown)
             trace_tokens = self.counter.count(trace) + 1 if trace else 0
-        rendering = self._render(
-            allowance - trace_tokens, reference - trace_tokens, first, options, mode, order=positions
-        )
+        if rendering is None or trace_tokens:
+            rendering = self._render(
+                allowance - trace_tokens, reference - trace_tokens, first, options, mode, order=positions
+            )
 
-        def compose(*parts: str) -> list[Message]:
+        def compose(*parts: str) -> tuple[list[Message], int]:
+            """The context and its tokens: the fixed part and the window are counted already."""
             text = "\n".join(t for t in parts if t)
-            return [*fixed, *([{"role": "user", "content": MEMORY_HEADER + text}] if text else []), *window]
+            memory = [{"role": "user", "content": MEMORY_HEADER + text}] if text else []
+            return [*fixed, *memory, *window], p + w + sum(message_tokens(m, self.counter) for m in memory)
 
-        messages = compose(trace, rendering.text)
-        tokens = messages_tokens(messages, self.counter)
+        messages, tokens = compose(trace, rendering.text)
+        if shown and trace and not shown <= (now := self._raw_steps(rendering, units)):
+            # the trace made room by taking some units out of raw: their commands join it when they fit
+            fuller = compose(self._trace(upto, allowance, now), rendering.text)
+            messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
         if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
-            messages = compose(rendering.text)
-            tokens = messages_tokens(messages, self.counter)
+            messages, tokens = compose(rendering.text)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
-    def _trace(self, upto: int, allowance: int) -> str:
-        """The command trace of steps ``0..upto-1`` within ``agent_trace_share`` of the allowance (and
-        ``agent_trace_max_tokens``): every command's first line (``step N: command``), newest first
-        while they fit; then, newest first, whole commands (up to ``agent_trace_line_tokens`` each) in
-        place of first lines while room is left. Shown oldest first."""
+    def _raw_steps(self, rendering: Rendering, units: list[list[int]]) -> set[int]:
+        """The steps of the units ``rendering`` shows raw."""
+        return {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
+
+    def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:
+        """The command trace of steps ``0..upto-1`` but ``skip`` (steps the memory shows raw) within
+        ``agent_trace_share`` of the allowance (and ``agent_trace_max_tokens``): every command's first
+        line (``step N: command``), newest first while they fit; then, newest first, whole
+        commands (up to ``agent_trace_line_tokens`` each) in place of first lines while room is left.
+        Shown oldest first."""
         s = self.core.settings
         room = min(int(s.agent_trace_share * allowance), s.agent_trace_max_tokens) - self.counter.count(TRACE_HEADER)
         chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
         for i in range(upto - 1, -1, -1):
-            if self._commands[i] is None:
+            if self._commands[i] is None or i in skip:
                 continue
             entry = self._trace_entry(i)
             if entry[1] + 1 > room:

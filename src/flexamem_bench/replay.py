@@ -356,6 +356,7 @@ AGENT_AUTO_ABLATIONS: dict[str, tuple[RenderOptions, Settings | None]] = {
     "auto-no-identifiers": (RenderOptions(identifiers=False), None),
     "auto-no-stemming": (RenderOptions(stemming=False), None),
     "auto-no-commands": (RenderOptions(commands=False), None),
+    "auto-full-trace": (RenderOptions(trace_unshown=False), None),
     "auto-no-code-terms": (RenderOptions(code_terms=False), None),
     "auto-pieces": (RenderOptions(shell_units=False), None),
     "auto-dense-half": (RenderOptions(), Settings(agent_auto_alpha=0.5)),  # the readers' fusion weight

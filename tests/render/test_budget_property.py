@@ -33,7 +33,11 @@ turn = st.tuples(st.sampled_from(["Ana", "Ben", "user", "assistant"]), st.lists(
 session = st.lists(turn, min_size=1, max_size=6)
 budgets = st.integers(min_value=256, max_value=32_000)
 SWITCHES = [fm.RenderOptions(atomic_turns=False), fm.RenderOptions(tight_timeline=False)]
-AGENT_SWITCHES = [fm.RenderOptions(commands=False), fm.RenderOptions(code_terms=False)]
+AGENT_SWITCHES = [
+    fm.RenderOptions(commands=False),
+    fm.RenderOptions(code_terms=False),
+    fm.RenderOptions(trace_unshown=False),
+]
 slow = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -65,6 +65,7 @@ class RenderOptions:
     adaptive_alpha: bool = True  # False: every query fuses BM25 and cosine with the fixed auto_alpha
     tight_timeline: bool = True  # False: a timeline that cannot merge down to auto_rho keeps up to rho
     commands: bool = True  # False: no command trace in agent sessions (every past command on a line)
+    trace_unshown: bool = True  # False: the trace lists every past command, even those shown raw below it
     code_terms: bool = True  # False: no BM25 over names of code kept whole (agent sessions)
     shell_units: bool = True  # False: a shell agent's history gets pieces by BM25, as a tool-call agent's
 
