@@ -375,18 +375,15 @@ class AgentSession:
             if mode == "auto" and first > 0:
                 return self._cut_with_memory(fixed, ceiling, p, overhead, first, options)
             return self.cut_newest(fixed, ceiling, first)
-        trace, trace_tokens, rendering, shown = "", 0, None, set[int]()
+        query = self.query(mode, positions)
+        trace, trace_tokens, shown = "", 0, set[int]()
         upto = units[first][0] if first < len(units) else len(self.steps)
         if mode == "auto" and options.commands and first > 0:
-            if options.trace_unshown:  # what the memory alone shows raw needs no trace line
-                rendering = self._render(allowance, reference, first, options, mode, order=positions)
-                shown = self._raw_steps(rendering, units)
+            if options.trace_unshown and query.shell and options.shell_units:
+                shown = self._raw_planned(query, allowance, reference, first, options)  # need no trace line
             trace = self._trace(upto, allowance, shown)
             trace_tokens = self.counter.count(trace) + 1 if trace else 0
-        if rendering is None or trace_tokens:
-            rendering = self._render(
-                allowance - trace_tokens, reference - trace_tokens, first, options, mode, order=positions
-            )
+        rendering = self._render(query, allowance - trace_tokens, reference - trace_tokens, first, options, mode)
 
         def compose(*parts: str) -> tuple[list[Message], int]:
             """The context and its tokens: the fixed part and the window are counted already."""
@@ -483,23 +480,13 @@ class AgentSession:
             self._newest_vector = (newest, np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32))
         return self._newest_vector[1]
 
-    def _render(
-        self,
-        allowance: int,
-        reference: int,
-        n: int,
-        options: RenderOptions,
-        mode: str,
-        *,
-        keep_spans: bool = True,
-        order: Sequence[int] | None = None,
-    ) -> Rendering:
-        mem = self.core
+    def query(self, mode: str, order: Sequence[int] | None = None) -> Query:
+        """What this call's memory is recovered against: the task and the newest unit."""
         newest = self.newest_text()
         shell = mode == "auto" and self.is_shell()
         # the shell path embeds the newest unit's head only, and ranks no pieces (no names of code needed)
         head = self._cut_to(newest, self.core.settings.agent_query_tokens) if shell else newest
-        query = Query(
+        return Query(
             text=self.task + "\n" + newest,
             terms=query_terms(self.task + "\n" + newest),
             excerpt_terms=query_terms(newest),
@@ -509,9 +496,38 @@ class AgentSession:
             code=() if shell else list(dict.fromkeys(code_terms(self.task + "\n" + newest))),
             shell=shell,
         )
+
+    def _raw_planned(self, query: Query, allowance: int, reference: int, n: int, options: RenderOptions) -> set[int]:
+        """The steps whose units a shell agent's memory at ``allowance`` would show raw (the plan only)."""
+        renderer, spans = self.core.renderer, self._spans
+        raw, _ = self.core.with_merges(
+            lambda: renderer.raw_units(
+                query,
+                allowance,
+                options,
+                n=n,
+                merge_allowance=max(allowance, reference),
+                base=renderer.timeline.restore([tuple(s) for s in spans], n),
+            ),
+            locked=False,
+        )
+        units = self.units()
+        return {i for k in raw for i in units[k]}
+
+    def _render(
+        self,
+        query: Query,
+        allowance: int,
+        reference: int,
+        n: int,
+        options: RenderOptions,
+        mode: str,
+        *,
+        keep_spans: bool = True,
+    ) -> Rendering:
         spans = self._spans
-        renderer = mem.renderer
-        rendering = mem.render(  # a merge a model writes is written between attempts, outside the lock
+        renderer = self.core.renderer
+        rendering = self.core.render(  # a merge a model writes is written between attempts, outside the lock
             lambda: renderer.render(
                 query,
                 allowance,
@@ -544,7 +560,7 @@ class AgentSession:
         cut = self.cut_newest(fixed, ceiling - reserve - overhead, first)
         if reserve <= 0:
             return dataclasses.replace(cut, ceiling=ceiling)
-        rendering = self._render(reserve, reserve, first, options, "auto", keep_spans=False)
+        rendering = self._render(self.query("auto"), reserve, reserve, first, options, "auto", keep_spans=False)
         messages = list(fixed)
         if rendering.text:
             messages.append({"role": "user", "content": MEMORY_HEADER + rendering.text})

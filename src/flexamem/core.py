@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,8 @@ from flexamem.write.default_embed import default_embedder
 from flexamem.write.embed import Embedder
 from flexamem.write.records import AsyncRecordWriter, RecordWriter
 from flexamem.write.writer import NoteWriter
+
+T = TypeVar("T")
 
 WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
 
@@ -111,20 +113,24 @@ class HistoryCore:
             return self._renderer
 
     def render(self, attempt: Callable[[], Rendering], *, locked: bool = True) -> Rendering:
-        """Run ``attempt`` (a render of this view; under the lock, after a catch-up, when ``locked``).
-        A merged record a model must write (:class:`~flexamem.render.timeline.MergeNeeded`) is written
-        between attempts with the lock released, so a slow endpoint stalls only this call, never the
-        other renders and writes of the history; each round stores one more merged record."""
+        """Run ``attempt`` (a render of this view; under the lock, after a catch-up, when ``locked``)
+        by :meth:`with_merges`; the rendering counts the merged records written for it."""
+        result, written = self.with_merges(attempt, locked=locked)
+        return dataclasses.replace(result, merges_written=result.merges_written + written) if written else result
+
+    def with_merges(self, attempt: Callable[[], T], *, locked: bool = True) -> tuple[T, int]:
+        """``attempt()`` and how many merged records were written for it. A merged record a model must
+        write (:class:`~flexamem.render.timeline.MergeNeeded`) is written between attempts with the
+        lock released, so a slow endpoint stalls only this call, never the other renders and writes of
+        the history; each round stores one more merged record."""
         written = 0
         while True:
             try:
                 if locked:
                     with self.lock:
                         self.sync()
-                        result = attempt()
-                else:
-                    result = attempt()
-                return dataclasses.replace(result, merges_written=result.merges_written + written)
+                        return attempt(), written
+                return attempt(), written
             except MergeNeeded as need:
                 self.renderer.timeline.write_merge(need.group)
                 written += 1

@@ -202,9 +202,50 @@ class Renderer:
         return Rendering(text, tokens, allowance, mode, shown, {"raw": tokens}, pass_through=True)
 
     # -- unit recovery -----------------------------------------------------------------------------
+    def raw_units(
+        self,
+        query: Query,
+        allowance: int,
+        options: RenderOptions = RenderOptions(),
+        *,
+        n: int,
+        merge_allowance: int,
+        base: list[Entry],
+    ) -> frozenset[int]:
+        """The notes a unit-recovery render of ``0..n-1`` at ``allowance`` plans to show raw (all of them
+        when the history passes through): the plan of :meth:`render` without its text, assembled and
+        counted (the agent's command trace leaves their commands out)."""
+        if n == 0 or allowance <= 0:
+            return frozenset()
+        if options.pass_through and self._pass_through(n, allowance, "units") is not None:
+            return frozenset(range(n))
+        chosen = self._plan_units(query, allowance, merge_allowance, base, n, options)[2]
+        return frozenset(c.seq for c in chosen if c.resolution == "raw")
+
     def _units(
         self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int, options: RenderOptions
     ) -> Rendering:
+        entries, hidden, chosen, spans = self._plan_units(query, allowance, merge_allowance, base, n, options)
+        while True:
+            text, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
+            tokens = self.counter.count(text)
+            if tokens <= allowance:
+                break
+            if chosen:
+                chosen = sorted(chosen, key=lambda c: c.rank)[:-1]
+            elif entries:
+                hidden.append(entries.pop(0))
+            else:
+                text, tokens = self._cut(text, allowance)
+                break
+        views = functools.partial(self._views, entries, chosen, n, {})
+        return Rendering(text, tokens, allowance, "units", views, parts, timeline_spans=spans)
+
+    def _plan_units(
+        self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int, options: RenderOptions
+    ) -> tuple[list[Entry], list[Entry], list[Shown], tuple[tuple[int, int, int], ...]]:
+        """Unit recovery's plan: the timeline entries shown and hidden, the units chosen (raw, excerpt)
+        and the timeline's spans after merging."""
         s = self.settings
         recovery = Recovery(
             self.history,
@@ -249,20 +290,7 @@ class Renderer:
             if order
             else []
         )
-        while True:
-            text, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
-            tokens = self.counter.count(text)
-            if tokens <= allowance:
-                break
-            if chosen:
-                chosen = sorted(chosen, key=lambda c: c.rank)[:-1]
-            elif entries:
-                hidden.append(entries.pop(0))
-            else:
-                text, tokens = self._cut(text, allowance)
-                break
-        views = functools.partial(self._views, entries, chosen, n, {})
-        return Rendering(text, tokens, allowance, "units", views, parts, timeline_spans=spans)
+        return entries, hidden, chosen, spans
 
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
