@@ -212,13 +212,12 @@ class Renderer:
         merge_allowance: int,
         base: list[Entry],
     ) -> frozenset[int]:
-        """The notes a unit-recovery render of ``0..n-1`` at ``allowance`` plans to show raw (all of them
-        when the history passes through): the plan of :meth:`render` without its text, assembled and
-        counted (the agent's command trace leaves their commands out)."""
+        """The notes a unit-recovery render of ``0..n-1`` at ``allowance`` plans to show raw: the plan of
+        :meth:`render` without its text, assembled and counted (the agent's command trace leaves their
+        commands out). A history that would pass through whole is planned like any other (its units
+        raw as far as they fit beside the timeline), so no text is counted here."""
         if n == 0 or allowance <= 0:
             return frozenset()
-        if options.pass_through and self._pass_through(n, allowance, "units") is not None:
-            return frozenset(range(n))
         chosen = self._plan_units(query, allowance, merge_allowance, base, n, options)[2]
         return frozenset(c.seq for c in chosen if c.resolution == "raw")
 
