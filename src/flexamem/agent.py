@@ -42,9 +42,10 @@ from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
+from flexamem.render.timeline import Entry
 from flexamem.store.base import StepRow
 from flexamem.text import clean_text, code_terms, query_terms
-from flexamem.write.units import agent_unit, command_of, command_text, pack_steps, step_text_tokens
+from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
@@ -435,7 +436,7 @@ class AgentSession:
             assert whole is not None
             head = f"step {self.steps[i].number}: "
             short = self._cut_to(
-                head + (command_of(self.steps[i].action) or ""),
+                head + (first_line(whole) or ""),  # the command read once, when the step was recorded
                 min(TRACE_FIRST_LINE_TOKENS, s.agent_trace_line_tokens),
                 " …",
             )
@@ -499,20 +500,19 @@ class AgentSession:
 
     def _raw_planned(self, query: Query, allowance: int, reference: int, n: int, options: RenderOptions) -> set[int]:
         """The steps whose units a shell agent's memory at ``allowance`` would show raw (the plan only)."""
-        renderer, spans = self.core.renderer, self._spans
+        renderer = self.core.renderer
         raw, _ = self.core.with_merges(
             lambda: renderer.raw_units(
-                query,
-                allowance,
-                options,
-                n=n,
-                merge_allowance=max(allowance, reference),
-                base=renderer.timeline.restore([tuple(s) for s in spans], n),
+                query, allowance, options, n=n, merge_allowance=max(allowance, reference), base=self._base(n)
             ),
             locked=False,
         )
         units = self.units()
         return {i for k in raw for i in units[k]}
+
+    def _base(self, n: int) -> list[Entry]:
+        """The timeline of notes ``0..n-1`` as this session last merged it (its stored spans)."""
+        return self.core.renderer.timeline.restore(self._spans, n)
 
     def _render(
         self,
@@ -525,7 +525,6 @@ class AgentSession:
         *,
         keep_spans: bool = True,
     ) -> Rendering:
-        spans = self._spans
         renderer = self.core.renderer
         rendering = self.core.render(  # a merge a model writes is written between attempts, outside the lock
             lambda: renderer.render(
@@ -535,12 +534,12 @@ class AgentSession:
                 options,
                 n=n,
                 merge_allowance=max(allowance, reference),
-                base=renderer.timeline.restore([tuple(s) for s in spans], n),
+                base=self._base(n),
             ),
             locked=False,
         )
         merged = [list(s) for s in rendering.timeline_spans if s[2] > 0]
-        if merged != spans and options.timeline and keep_spans:
+        if merged != self._spans and options.timeline and keep_spans:
             self._set_state("timeline", merged)
             self._spans = merged
         return rendering

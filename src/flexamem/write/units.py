@@ -54,9 +54,14 @@ def command_text(action: str) -> str | None:
 
 
 def command_of(action: str) -> str | None:
-    """:func:`command_text` on one line: its first line, and `` …`` when it has more."""
+    """:func:`command_text` on one line (:func:`first_line`)."""
     text = command_text(action)
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return first_line(text) if text is not None else None
+
+
+def first_line(command: str) -> str | None:
+    """A command's first non-blank line, and `` …`` when it has more; None when it is blank."""
+    lines = [line.strip() for line in command.splitlines() if line.strip()]
     if not lines:
         return None
     return lines[0] + (" …" if len(lines) > 1 else "")
