@@ -172,3 +172,17 @@ def test_a_postgres_database_numbered_before_the_shared_list_migrates_once() -> 
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_llm_calls_from_a_note_on_leave_out_older_notes_and_merges(store_path: str, tenant: str) -> None:
+    from flexamem.notes import LLMCall
+
+    store = fm.Memory(store_path, history=tenant).store
+    store.ensure_history(tenant, "conversation")
+    calls = [LLMCall("record", "m", 10, 2, seq=0), LLMCall("merge", "m", 7, 1), LLMCall("record", "m", 30, 4, seq=1)]
+    calls.append(LLMCall("repair", "m", 5, 1, seq=2, cached=True))
+    for call in calls:
+        store.record_llm_call(tenant, call)
+    assert store.llm_calls(tenant) == calls  # every call, merges included, in order
+    assert store.llm_calls(tenant, start=1) == calls[2:]
+    assert store.llm_calls(tenant, start=3) == []

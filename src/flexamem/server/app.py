@@ -331,9 +331,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         if writer is None or not units:
             return
         seqs = {mem.core.history.unit_ids[u] for u in units}
-        tokens = sum(
+        tokens = sum(  # one indexed read of this write's calls, not the history's whole call log
             c.prompt_tokens + c.completion_tokens
-            for c in mem.store.llm_calls(mem.history_id)
+            for c in mem.store.llm_calls(mem.history_id, start=min(seqs))
             if c.seq in seqs and not c.cached
         )
         if tokens:

@@ -120,7 +120,10 @@ class Store(Protocol):
 
     def record_llm_call(self, history: str, call: LLMCall) -> None: ...
 
-    def llm_calls(self, history: str) -> list[LLMCall]: ...
+    def llm_calls(self, history: str, start: int | None = None) -> list[LLMCall]:
+        """The model calls that wrote the history, in order; with ``start``, only those of notes
+        ``>= start`` (merges, which belong to no note, are left out then)."""
+        ...
 
     def set_state(self, history: str, key: str, value: Any, *, epoch: str | None = None) -> None:
         """Mutable session state (e.g. an agent's open window); never note content."""

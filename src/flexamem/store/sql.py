@@ -263,11 +263,11 @@ class SQLStore:
         )
         return [_merged(r) for r in rows]
 
-    def llm_calls(self, history: str) -> list[LLMCall]:
+    def llm_calls(self, history: str, start: int | None = None) -> list[LLMCall]:
         rows = self._read(
             "SELECT purpose, model, prompt_tokens, completion_tokens, seq, cached FROM llm_calls"
-            " WHERE history_id = ? ORDER BY id",
-            (history,),
+            " WHERE history_id = ?" + (" AND seq >= ?" if start is not None else "") + " ORDER BY id",
+            (history,) if start is None else (history, start),
         )
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
 
