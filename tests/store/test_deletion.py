@@ -113,6 +113,17 @@ def test_a_session_dropped_while_it_is_resumed_is_refused_and_not_left_half_made
     assert again.task == "t3" and again.steps == []
 
 
+def test_a_session_row_left_without_its_task_is_named_and_can_be_dropped(store_path: str, tenant: str) -> None:
+    """What the resume race left in stores written before the fix (a session row with no task) is a
+    clear error naming the way out, not KeyError('task'); dropping it frees the name."""
+    mem = fm.Memory(store_path, history=tenant)
+    mem.store.ensure_history(f"{tenant}/agent:old", "agent")  # the empty row the old resume wrote
+    with pytest.raises(fm.InvalidInputError, match="without its task: drop it"):
+        mem.agent(session_id="old")
+    assert mem.drop_session("old") is True
+    assert mem.agent(task="t", budget=600, session_id="old").task == "t"
+
+
 def test_a_history_dropped_while_it_is_created_is_created_again(
     store_path: str, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
