@@ -180,8 +180,10 @@ def test_renders_writes_and_contexts_are_spans_when_opentelemetry_is_set_up(tmp_
     with client:
         client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
         client.post("/v1/histories/trip/render", json={"query": "Which invoice?", "budget": 400})
+        sid = client.post("/v1/histories/trip/agents", json={"task": "pay", "budget": 900}).json()["session_id"]
+        client.get(f"/v1/histories/trip/agents/{sid}/context")
     names = [s.name for s in exporter.get_finished_spans()]
-    assert "flexamem.write" in names and "flexamem.render" in names
+    assert {"flexamem.write", "flexamem.render", "flexamem.agent_context"} <= set(names)
 
 
 def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: OffloadedEmbedder) -> None:
