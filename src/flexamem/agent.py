@@ -381,7 +381,8 @@ class AgentSession:
         upto = units[first][0] if first < len(units) else len(self.steps)
         if mode == "auto" and options.commands and first > 0:
             if options.trace_unshown and query.shell and options.shell_units:
-                shown = self._raw_planned(query, allowance, reference, first, options)  # need no trace line
+                planned = self._raw_planned(query, allowance, reference, first, options)
+                shown = {i for k in planned for i in units[k]}  # steps whose units are raw: no trace line
             trace = self._trace(upto, allowance, shown)
             trace_tokens = self.counter.count(trace) + 1 if trace else 0
         rendering = self._render(query, allowance - trace_tokens, reference - trace_tokens, first, options, mode)
@@ -393,17 +394,14 @@ class AgentSession:
             return [*fixed, *memory, *window], p + w + sum(message_tokens(m, self.counter) for m in memory)
 
         messages, tokens = compose(trace, rendering.text)
-        if shown and trace and not shown <= (now := self._raw_steps(rendering, units)):
-            # the trace made room by taking some units out of raw: their commands join it when they fit
-            fuller = compose(self._trace(upto, allowance, now), rendering.text)
-            messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
+        if shown and trace:  # a unit the trace's room took out of raw: its command joins it when it fits
+            now = {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
+            if not shown <= now:
+                fuller = compose(self._trace(upto, allowance, now), rendering.text)
+                messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
         if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
             messages, tokens = compose(rendering.text)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
-
-    def _raw_steps(self, rendering: Rendering, units: list[list[int]]) -> set[int]:
-        """The steps of the units ``rendering`` shows raw."""
-        return {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
 
     def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:
         """The command trace of steps ``0..upto-1`` but ``skip`` (steps the memory shows raw) within
@@ -498,8 +496,10 @@ class AgentSession:
             shell=shell,
         )
 
-    def _raw_planned(self, query: Query, allowance: int, reference: int, n: int, options: RenderOptions) -> set[int]:
-        """The steps whose units a shell agent's memory at ``allowance`` would show raw (the plan only)."""
+    def _raw_planned(
+        self, query: Query, allowance: int, reference: int, n: int, options: RenderOptions
+    ) -> frozenset[int]:
+        """The units a shell agent's memory at ``allowance`` would show raw (unit recovery's plan only)."""
         renderer = self.core.renderer
         raw, _ = self.core.with_merges(
             lambda: renderer.raw_units(
@@ -507,8 +507,7 @@ class AgentSession:
             ),
             locked=False,
         )
-        units = self.units()
-        return {i for k in raw for i in units[k]}
+        return raw
 
     def _base(self, n: int) -> list[Entry]:
         """The timeline of notes ``0..n-1`` as this session last merged it (its stored spans)."""
