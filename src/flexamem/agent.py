@@ -405,12 +405,12 @@ class AgentSession:
 
     def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:
         """The command trace of steps ``0..upto-1`` but ``skip`` (steps the memory shows raw) within
-        ``agent_trace_share`` of the allowance (and ``agent_trace_max_tokens``): every command's first
+        ``agent_trace_share`` of the allowance: every command's first
         line (``step N: command``), newest first while they fit; then, newest first, whole
         commands (up to ``agent_trace_line_tokens`` each) in place of first lines while room is left.
         Shown oldest first."""
         s = self.core.settings
-        room = min(int(s.agent_trace_share * allowance), s.agent_trace_max_tokens) - self.counter.count(TRACE_HEADER)
+        room = int(s.agent_trace_share * allowance) - self.counter.count(TRACE_HEADER)
         chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
         for i in range(upto - 1, -1, -1):
             if self._commands[i] is None or i in skip:

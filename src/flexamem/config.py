@@ -113,10 +113,6 @@ class Settings:
     """``auto`` for a shell agent: the query embedded for unit recovery is the task and the first
     this-many tokens of the newest unit (the whole unit costs a 256-token MiniLM pass per call)."""
 
-    agent_trace_max_tokens: int = 5000
-    """``auto`` in agent sessions: the command trace never takes more than this many tokens (at large
-    budgets most raw units fit, and they hold the commands whole)."""
-
     agent_trace_line_tokens: int = 300
     """``auto`` in agent sessions: a whole command longer than this is cut (with ``…``) in the trace."""
 
