@@ -134,8 +134,8 @@ def test_steps_stored_before_their_unit_resume_consistently(tmp_path: Path) -> N
     written = len(agent.core.history)
     db = sqlite3.connect(path)  # the state a crash between the two writes left: steps without units
     data = json.dumps({"action": "late", "observation": "x " * 400, "actor": "assistant", "messages": []})
-    db.execute("INSERT INTO steps VALUES ('agent:s', 20, NULL, ?)", (data,))
-    db.execute("INSERT INTO steps VALUES ('agent:s', 21, NULL, ?)", (data.replace("late", "later"),))
+    db.execute("INSERT INTO steps (history_id, n, data) VALUES ('agent:s', 20, ?)", (data,))
+    db.execute("INSERT INTO steps (history_id, n, data) VALUES ('agent:s', 21, ?)", (data.replace("late", "later"),))
     db.commit()
     db.close()
     again = fm.Memory(path).agent(session_id="s")

@@ -85,12 +85,12 @@ def test_a_session_stored_with_bad_messages_renders_them_as_text(tmp_path: Path)
     for n, msgs in enumerate([*BAD_MESSAGES[:3], BAD_MESSAGES[11]], start=4):
         data = {"action": f"bad {n}", "observation": "o " * 40, "actor": "assistant", "messages": [msgs]}
         db.execute(
-            "INSERT INTO steps VALUES (?, ?, NULL, ?)",
+            "INSERT INTO steps (history_id, n, step_id, data) VALUES (?, ?, NULL, ?)",
             (agent.core.history_id, n, json.dumps(data, ensure_ascii=False)),
         )
     deep = '{"action": "deep", "observation": "", "actor": "assistant", "messages": [{"role": "user", "content": '
     deep += "[" * 3000 + '"x"' + "]" * 3000 + "}]}"  # too deep for json itself to read back
-    db.execute("INSERT INTO steps VALUES (?, 8, NULL, ?)", (agent.core.history_id, deep))
+    db.execute("INSERT INTO steps (history_id, n, data) VALUES (?, 8, ?)", (agent.core.history_id, deep))
     db.commit()
     db.close()
     reopened = fm.Memory(path).agent(session_id="s")

@@ -14,7 +14,10 @@ from flexamem.errors import (
     ModelUnavailableError,
     ReadOnlyStoreError,
     StoreClosedError,
+    StoreCorruptError,
     StoreError,
+    StoreFullError,
+    StoreUnavailableError,
     WriteOnceError,
 )
 from flexamem.llm import LLMConfig, OpenAICompatible, ResponseCache, RetryPolicy, load_config
@@ -50,7 +53,10 @@ __all__ = [
     "RenderOptions",
     "Rendering",
     "Settings",
+    "StoreCorruptError",
     "StoreError",
+    "StoreFullError",
+    "StoreUnavailableError",
     "count",
     "load_config",
 ]

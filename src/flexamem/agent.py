@@ -38,6 +38,7 @@ from flexamem.budget import check_budget
 from flexamem.chat import Message, chat_safe, shown_as_text, validate_messages
 from flexamem.core import HistoryCore
 from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
+from flexamem.names import session_history
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions, check_mode
@@ -130,7 +131,7 @@ class AgentSession:
     def open(
         cls,
         core_factory: Callable[[str], HistoryCore],
-        prefix: str,
+        parent: str,
         *,
         task: str | None,
         budget: int | None,
@@ -140,7 +141,7 @@ class AgentSession:
         """Create a new session or resume a stored one (``core_factory(history_id)`` -> its core)."""
         sid = clean_text(session_id, "session_id").strip() if session_id is not None else uuid.uuid4().hex[:12]
         system = clean_text(system, "system", allow_empty=True)
-        hid = f"{prefix}agent:{sid}"
+        hid = session_history(parent, sid)
         core = core_factory(hid)
         existing = core.store.history_kind(hid)
         if existing is None:
@@ -148,7 +149,7 @@ class AgentSession:
                 raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
             task = clean_text(task, "task")
             budget = check_budget(budget)
-            core.store.ensure_history(hid, "agent", {"task": task, "system": system, "budget": budget})
+            core.store.ensure_history(hid, "agent", {"task": task, "system": system, "budget": budget}, parent=parent)
         elif existing != "agent":
             raise InvalidInputError(f"{hid!r} is not an agent session")
         session = cls(core, sid)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,12 +25,13 @@ import numpy as np
 
 from flexamem import budget
 from flexamem.config import Settings
+from flexamem.digests import chain_problems
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
     HistoryDroppedError,
     InvalidInputError,
-    StoreError,
+    StoreCorruptError,
 )
 from flexamem.history import History
 from flexamem.notes import Note, Record, UnitDraft
@@ -173,10 +173,10 @@ class HistoryCore:
                 if self.store.history_head(self.history_id)[0] != epoch:
                     continue  # dropped while we read: start again
                 end = start + len(notes)  # more may land between the reads: their links wait for the next sync
-                if (notes and notes[0].seq != start) or any(b.seq != a.seq + 1 for a, b in itertools.pairwise(notes)):
-                    raise StoreError(
-                        f"history {self.history_id!r} is damaged: its notes are not numbered 0, 1, 2, ... "
-                        "(Memory.verify() names the gap)"
+                problems = chain_problems(notes, (history.notes[-1].digest or "") if start else "", start)
+                if problems:  # a render never shows a row verify() would flag: it refuses, naming the row
+                    raise StoreCorruptError(
+                        f"history {self.history_id!r} is damaged: {problems[0]} (Memory.verify() lists every problem)"
                     )
                 links = [(a, b) for a, b in self.store.load_links(self.history_id, start) if a < end and b < end]
                 history.extend(notes, links)
@@ -222,28 +222,6 @@ class HistoryCore:
         if isinstance(order, str | bytes) or not isinstance(order, Sequence):
             raise InvalidInputError("order must be a list of unit ids or labels")
         return [self.position(u) for u in order]
-
-    def verify(self) -> list[str]:
-        """Problems found re-checking every note's digest chain against its stored content (empty: none).
-        Notes written before digests existed are skipped, and the chain starts again after them. Reads
-        the store directly (not the view), so a damaged history is reported, never raised on."""
-        try:
-            notes = self.store.load_notes(self.history_id)
-        except (StoreError, ValueError, KeyError, TypeError) as exc:
-            return [f"the notes of {self.history_id!r} cannot be read: {exc}"]
-        problems: list[str] = []
-        previous = ""
-        for i, note in enumerate(notes):
-            expected_seq = notes[i - 1].seq + 1 if i else 0
-            if note.seq != expected_seq:
-                problems.append(f"note {note.seq} ({note.unit_id!r}) follows note {expected_seq - 1}: seqs missing")
-            if note.digest is None:
-                previous = ""
-                continue
-            if note.chained_digest(previous) != note.digest:
-                problems.append(f"note {note.seq} ({note.unit_id!r}) does not match its digest: changed after writing")
-            previous = note.digest
-        return problems
 
     # -- writing ---------------------------------------------------------------------------------------
     def check_new(self, drafts: Sequence[UnitDraft]) -> None:

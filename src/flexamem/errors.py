@@ -24,7 +24,25 @@ class WriteOnceError(FlexaMemError):
 
 
 class StoreError(FlexaMemError):
-    """The store cannot be used: closed, read-only, corrupt or of an unknown schema version."""
+    """The store cannot be used: closed, read-only, corrupt, full, unreachable or of an unknown schema
+    version. Every failure of the environment under the store arrives as one of these, naming its cause;
+    a failed write leaves nothing of itself stored, and reads keep working."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached right now: a lost or restarting database connection, or a file locked
+    by another writer past the busy timeout. Nothing of the call was stored; it can be tried again
+    (HTTP 503 with ``Retry-After``)."""
+
+
+class StoreFullError(StoreError):
+    """The disk (or the database's quota) is full: the write was not stored, and what was stored before
+    is intact; reads and renders keep working (HTTP 507)."""
+
+
+class StoreCorruptError(StoreError):
+    """A stored row cannot be read, or does not match the digest written with it (a flipped byte, a
+    change made past the write-once triggers). The error names the row; ``Memory.verify()`` lists them all."""
 
 
 class ConcurrentWriteError(StoreError):

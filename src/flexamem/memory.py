@@ -28,6 +28,7 @@ from flexamem.config import Settings
 from flexamem.core import HistoryCore, Relabel
 from flexamem.errors import DuplicateUnitError, InvalidInputError
 from flexamem.history import History
+from flexamem.names import reserved, session_history, session_prefix
 from flexamem.notes import Note, Turn, UnitDraft
 from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Rendering
@@ -121,6 +122,11 @@ class Memory:
         self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
         if not isinstance(self.history_id, str) or not self.history_id:
             raise InvalidInputError(f"history must be a non-empty string, got {history!r}")
+        if reserved(self.history_id) and self.store.history_kind(self.history_id) != "conversation":
+            raise InvalidInputError(
+                f"history {self.history_id!r}: a history name may not start with 'agent:' or hold '/agent:' "
+                "(agent sessions are stored under such names: use mem.agent(session_id=...))"
+            )
         self.core = HistoryCore(self.store, self.history_id, self.settings, self.writer, self.counter, embedder)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -276,36 +282,37 @@ class Memory:
         return drafts, relabel
 
     def verify(self) -> list[str]:
-        """Re-check every note against its digest (chained over the notes before it, written with it):
-        the problems found, or ``[]``. Write-once is enforced by triggers; this detects a change made
-        by someone who dropped them (unless they also recomputed every later digest)."""
-        return self.core.verify()
-
-    @property
-    def _session_prefix(self) -> str:
-        """Agent sessions of this history are histories ``<prefix><session_id>`` of the store."""
-        return "agent:" if self.history_id == "default" else f"{self.history_id}/agent:"
+        """Re-check every stored row a render or an agent context of this history can show, against the
+        digests written with it: the history's notes (raw text, record, fields, pieces, vectors, links;
+        chained over the notes before), its merged records, and its agent sessions' steps and task. The
+        problems found (each names the row), or ``[]``. Write-once is enforced by triggers; this detects
+        a change made past them (a dropped trigger, a flipped byte), unless every later digest was
+        recomputed too. A render or context that meets such a row refuses with :class:`StoreError`."""
+        problems = self.store.verify(self.history_id)
+        for hid in self.store.sessions(self.history_id):
+            problems += self.store.verify(hid)
+        return problems
 
     def sessions(self) -> list[str]:
         """The ids of this history's agent sessions (only its own: sessions are scoped by history)."""
-        prefix = self._session_prefix
-        return [h[len(prefix) :] for h, kind in self.store.histories() if kind == "agent" and h.startswith(prefix)]
+        prefix = session_prefix(self.history_id)
+        return [h[len(prefix) :] for h in self.store.sessions(self.history_id) if h.startswith(prefix)]
 
     def drop(self) -> bool:
         """Delete this whole history and its agent sessions from the store, in one transaction (a
-        privacy request): the only deletion there is. Returns whether anything was stored. The memory
-        is empty afterwards; so is every other ``Memory`` of this history, in any process, from its
-        next call on (it finds the history's epoch gone and starts afresh), and agent sessions of it
-        refuse to continue (:class:`HistoryDroppedError`)."""
+        privacy request): the only deletion there is, and it deletes nothing else, whatever its name.
+        Returns whether anything was stored. The memory is empty afterwards; so is every other
+        ``Memory`` of this history, in any process, from its next call on (it finds the history's epoch
+        gone and starts afresh), and agent sessions of it refuse to continue (:class:`HistoryDroppedError`)."""
         with self.core.lock:
-            dropped = self.store.drop_history(self.history_id, prefix=self._session_prefix)
+            dropped = self.store.drop_history(self.history_id)
             self.core.reset()
         return dropped
 
     def drop_session(self, session_id: str) -> bool:
         """Delete one agent session of this history (its steps and notes). Returns whether it existed."""
         sid = clean_text(session_id, "session_id").strip()
-        return self.store.drop_history(self._session_prefix + sid)
+        return self.store.drop_history(session_history(self.history_id, sid), parent=self.history_id)
 
     def llm_usage(self) -> dict[str, int]:
         """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache
@@ -408,5 +415,6 @@ class Memory:
         def factory(history_id: str) -> HistoryCore:
             return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core.embedder)
 
-        prefix = self._session_prefix.removesuffix("agent:")
-        return AgentSession.open(factory, prefix, task=task, budget=budget, system=system, session_id=session_id)
+        return AgentSession.open(
+            factory, self.history_id, task=task, budget=budget, system=system, session_id=session_id
+        )

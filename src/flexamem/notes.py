@@ -9,7 +9,8 @@ unit once written: raw text, record, fields, embedding, links and pieces, with t
 
 from __future__ import annotations
 
-import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -153,24 +154,16 @@ class Note:
     writer: str = "rule"
     flagged: bool = False
     flag_reason: str | None = None
+    # MiniLM vectors of the pieces, (len(pieces), dim), written with the note (None when written without them:
+    # dense ranking then uses the note's embedding for its pieces)
     piece_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
-    digest: str | None = None  # sha256 chained over the notes before it (see note_digest); None: written before v0.4
+    digest: str | None = None  # chained over the notes before it (flexamem.digests); None: written before v0.4
 
     @property
     def label(self) -> str:
         """How renders name this unit: ``u<position>`` (1-based, time order); ``unit_id`` is the
         caller's (or the library's) id. ``Memory.note`` accepts either."""
         return unit_label(self.seq)
-
-    def chained_digest(self, previous: str) -> str:
-        """The digest this note must carry after a note with digest ``previous`` (write-once evidence:
-        an edit of the raw text, record, fields or ids of any earlier note changes every later digest)."""
-        parts = [previous, self.unit_id, self.kind, self.raw, self.record, self.fields.as_text()]
-        parts += [self.session_id or "", self.date or "", str(self.seq)]
-        return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
-
-    """MiniLM vectors of the pieces, ``(len(pieces), dim)``, written with the note (``None`` when the
-    note was written without them: dense ranking then uses the note's embedding for its pieces)."""
 
     @property
     def turn_ids(self) -> tuple[str, ...]:
@@ -201,6 +194,11 @@ def note_json(note: Note, full: bool = False) -> dict[str, Any]:
         ]
         out["digest"] = note.digest
     return out
+
+
+def blocks_json(blocks: Sequence[Block]) -> str:
+    """How a note's blocks are stored (their text is a slice of the raw text, so only its length)."""
+    return json.dumps([[b.kind, b.label, b.start, len(b.text), b.source_id, b.step] for b in blocks])
 
 
 def unit_label(seq: int) -> str:

@@ -144,10 +144,10 @@ def raw_get(host: str, port: int, sock: socket.socket, path: str, key: str) -> t
     return int(head.split(b" ")[1]), body
 
 
-def test_a_real_bug_is_one_json_500_and_the_connection_stays(server: Server) -> None:
+def test_a_damaged_row_is_one_json_500_naming_it_and_the_connection_stays(server: Server) -> None:
     with server.client() as c:
         c.post("/v1/histories/broken/sessions", json={"session_id": "a", "turns": [{"speaker": "A", "text": "ok"}]})
-    db = sqlite3.connect(server.db)  # a note row no version of FlexA-Mem writes: reading it is a bug
+    db = sqlite3.connect(server.db)  # a note row no version of FlexA-Mem writes: a damaged store
     row = list(db.execute("SELECT * FROM notes WHERE history_id = 'acme/broken'").fetchone())
     row[1], row[2], row[15] = 1, "b", "{not json"  # seq, unit_id, blocks
     db.execute(f"INSERT INTO notes VALUES ({','.join('?' * len(row))})", row)
@@ -158,7 +158,8 @@ def test_a_real_bug_is_one_json_500_and_the_connection_stays(server: Server) -> 
     before = server.log.read_text().count('"error": "')
     with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
         status, body = raw_get(url.hostname, url.port, sock, "/v1/histories/broken/notes", server.keys["acme"])
-        assert status == 500 and json.loads(body)["error"]["type"] == "InternalError"
+        error = json.loads(body)["error"]
+        assert status == 500 and error["type"] == "StoreCorruptError" and "note 1" in error["message"]
         status, _ = raw_get(url.hostname, url.port, sock, "/health", server.keys["acme"])  # same connection
         assert status == 200
     log = server.log.read_text()

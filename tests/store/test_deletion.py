@@ -117,7 +117,7 @@ def test_a_session_row_left_without_its_task_is_named_and_can_be_dropped(store_p
     """What the resume race left in stores written before the fix (a session row with no task) is a
     clear error naming the way out, not KeyError('task'); dropping it frees the name."""
     mem = fm.Memory(store_path, history=tenant)
-    mem.store.ensure_history(f"{tenant}/agent:old", "agent")  # the empty row the old resume wrote
+    mem.store.ensure_history(f"{tenant}/agent:old", "agent", parent=tenant)  # the row the old resume wrote
     with pytest.raises(fm.InvalidInputError, match="without its task: drop it"):
         mem.agent(session_id="old")
     assert mem.drop_session("old") is True

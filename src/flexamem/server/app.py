@@ -35,6 +35,9 @@ from flexamem.errors import (
     InvalidInputError,
     ModelUnavailableError,
     StoreClosedError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
 )
 from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
@@ -81,7 +84,7 @@ class Unauthorized(FlexaMemError):
     """No key, or a key no tenant holds (HTTP 401)."""
 
 
-STATUS = {
+STATUS = {  # the first that matches: subclasses before their bases
     NotFound: 404,
     Unauthorized: 401,
     BudgetError: 400,
@@ -90,7 +93,11 @@ STATUS = {
     ConcurrentWriteError: 409,
     ModelUnavailableError: 503,
     StoreClosedError: 503,
+    StoreUnavailableError: 503,  # a lost or restarting database: retryable, with Retry-After
+    StoreFullError: 507,
+    StoreError: 500,  # a damaged store (StoreCorruptError) or another failure under it: the server's, not the caller's
 }
+RETRY_AFTER = "1"  # seconds a client waits before retrying a 503 (a database restart takes about that)
 
 
 def _status(exc: FlexaMemError) -> int:
@@ -395,7 +402,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.exception_handler(FlexaMemError)
     async def flexamem_error(request: Request, exc: FlexaMemError) -> JSONResponse:
-        return _error(_status(exc), type(exc).__name__, str(exc))
+        status = _status(exc)
+        if status >= 500:  # the environment failed (a bug would be 500 InternalError): one log line, no body
+            log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
+        response = _error(status, type(exc).__name__, str(exc))
+        if status == 503:
+            response.headers["Retry-After"] = RETRY_AFTER
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

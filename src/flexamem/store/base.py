@@ -45,8 +45,20 @@ class Store(Protocol):
 
     read_only: bool  # writes raise ReadOnlyStoreError (renders still work: merges stay in memory)
 
-    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Create the history if new; return its stored meta (which the first call fixed)."""
+    def ensure_history(
+        self, history: str, kind: str, meta: dict[str, Any] | None = None, *, parent: str | None = None
+    ) -> dict[str, Any]:
+        """Create the history if new; return its stored meta (which the first call fixed). ``parent``:
+        the history an agent session belongs to (its drop deletes the session too)."""
+        ...
+
+    def sessions(self, parent: str) -> list[str]:
+        """The ids of the agent sessions stored under history ``parent``, oldest first."""
+        ...
+
+    def verify(self, history: str) -> list[str]:
+        """Every problem of the history's stored rows that a render or a context can show (digests,
+        numbering, unreadable rows), ``[]`` when none; never raises on a store it can read."""
         ...
 
     def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
@@ -67,9 +79,10 @@ class Store(Protocol):
         for rows older than epochs), so a view that read another epoch knows the history was dropped."""
         ...
 
-    def drop_history(self, history: str, *, prefix: str | None = None) -> bool:
-        """Delete a whole history and everything under it, and every history whose id starts with
-        ``prefix`` (its agent sessions), in one transaction (the only deletion); whether any existed."""
+    def drop_history(self, history: str, *, parent: str | None = None) -> bool:
+        """Delete a whole history, everything under it and its agent sessions (no other history, whatever
+        its name), in one transaction (the only deletion); whether any existed. With ``parent``: only
+        when ``history`` is an agent session of that history."""
         ...
 
     def append_notes(

@@ -24,9 +24,12 @@ from typing import Any
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
+    FlexaMemError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreError,
+    StoreFullError,
+    StoreUnavailableError,
     WriteOnceError,
 )
 from flexamem.store.schema import LEGACY_POSTGRES, MIGRATIONS, SCHEMA_VERSION
@@ -70,10 +73,17 @@ class PostgresStore(SQLStore):
     # -- plumbing ----------------------------------------------------------------------------------
     @contextmanager
     def _conn(self) -> Iterator[Any]:
+        """A pooled connection. Failing to get one (the server restarting, the network gone, the pool
+        exhausted past its timeout) is :class:`StoreUnavailableError`: nothing was done, try again."""
         if self._closed:
             raise StoreClosedError("the store is closed")
-        with self._pool.connection() as conn:
-            yield conn
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (self._psycopg.Error, PoolTimeout) as exc:
+            raise _map_error(exc, self.path) from exc
 
     def _migrate(self) -> None:
         with self._conn() as conn:
@@ -130,15 +140,22 @@ class PostgresStore(SQLStore):
                 raise _map_error(exc, self.path) from exc
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """One read; on a connection the server dropped (a restart: the pool's idle connections all
+        die), once more on a fresh one, since a read changes nothing."""
         sql = sql.replace("?", "%s")  # the shared queries (store/sql.py) use ? placeholders
-        with self._conn() as conn:
+        for attempt in range(2):
             try:
-                rows: list[Any] = conn.execute(sql, args).fetchall()
-                return rows
-            except self._psycopg.Error as exc:
-                raise _map_error(exc, self.path) from exc
-            finally:
-                conn.rollback()
+                with self._conn() as conn:
+                    try:
+                        rows: list[Any] = conn.execute(sql, args).fetchall()
+                        return rows
+                    finally:
+                        if not conn.closed:
+                            conn.rollback()
+            except StoreUnavailableError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
@@ -165,7 +182,22 @@ def _safe(url: str) -> str:
 
 
 def _map_error(exc: Exception, url: str) -> Exception:
+    """psycopg's error as ours, naming its cause (by SQLSTATE where there is one)."""
+    import psycopg
+
     text = str(exc).strip()
+    if isinstance(exc, FlexaMemError):
+        return exc
+    state = getattr(exc, "sqlstate", None) or ""
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if state == "53100" or "No space left" in text or "disk full" in text.lower():
+        return StoreFullError(f"{_safe(url)}: the database's disk is full ({first}); nothing of this write was stored")
+    if (
+        state.startswith(("08", "57P"))  # connection exceptions; admin/crash shutdown, cannot connect now
+        or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        or type(exc).__name__ == "PoolTimeout"
+    ) and not state.startswith(("53", "54", "55")):
+        return StoreUnavailableError(f"{_safe(url)} cannot be reached right now ({first}): try again")
     constraint = getattr(getattr(exc, "diag", None), "constraint_name", None) or ""
     if "write-once" in text:
         return WriteOnceError(text.split("flexamem: ", 1)[-1].splitlines()[0])

@@ -7,22 +7,19 @@ placeholders and connection handling.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from flexamem.notes import Block, Fields, Note, Piece
+from flexamem.errors import StoreCorruptError
+from flexamem.notes import Block, Fields, Note, Piece, blocks_json
 
 NOTE_COLUMNS = (
     "seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
     " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason, digest"
 )
 PIECE_COLUMNS = 'seq, idx, start, "end", tokens, label, label_tokens, block, source_id'
-
-
-def blocks_json(blocks: Sequence[Block]) -> str:
-    return json.dumps([[b.kind, b.label, b.start, len(b.text), b.source_id, b.step] for b in blocks])
 
 
 def blocks_from(raw: str, data: str) -> tuple[Block, ...]:
@@ -77,9 +74,14 @@ def notes_from_rows(
     pieces: Sequence[Sequence[Any]],
     links: Sequence[Sequence[Any]],
     vectors: Sequence[Sequence[Any]],
+    *,
+    where: str = "",
+    bad: Callable[[int, str], None] | None = None,
 ) -> list[Note]:
     """Notes from ``NOTE_COLUMNS`` rows, ``PIECE_COLUMNS`` rows, ``(src, dst)`` link rows and
-    ``(seq, vector)`` rows, each in order."""
+    ``(seq, vector)`` rows, each in order. A row that cannot be read (a flipped byte: JSON, UTF-8, a
+    vector's length) raises :class:`StoreError` naming it and ``where``; with ``bad``, it is reported
+    as ``bad(seq, why)`` and left out instead (what ``verify`` does)."""
     by_seq: dict[int, list[Sequence[Any]]] = {}
     for p in pieces:
         by_seq.setdefault(p[0], []).append(p[1:])
@@ -91,51 +93,51 @@ def notes_from_rows(
         blobs.setdefault(seq, []).append(bytes(blob))
     notes = []
     for r in rows:
-        seq, raw = r[0], r[7]
-        note_pieces = by_seq.get(seq, [])
-        vs = blobs.get(seq)
-        note_vectors = (
-            np.frombuffer(b"".join(vs), dtype=np.float32).reshape(len(vs), -1)
-            if vs and len(vs) == len(note_pieces)
-            else None
-        )
-        keywords, tags, description = json.loads(r[11])
-        notes.append(
-            Note(
-                seq=seq,
-                unit_id=r[1],
-                kind=r[2],
-                session_id=r[3],
-                date=r[4],
-                steps=(r[5], r[6]) if r[5] is not None else None,
-                raw=raw,
-                raw_tokens=r[8],
-                record=r[9],
-                record_tokens=r[10],
-                fields=Fields(tuple(keywords), tuple(tags), description),
-                fields_tokens=r[12],
-                embedding=np.frombuffer(bytes(r[13]), dtype=np.float32),
-                blocks=blocks_from(raw, r[14]),
-                writer=r[15],
-                flagged=bool(r[16]),
-                flag_reason=r[17],
-                links=tuple(out_links.get(seq, ())),
-                pieces=tuple(
-                    Piece(
-                        index=i,
-                        start=s,
-                        end=e,
-                        text=raw[s:e],
-                        tokens=t,
-                        label=lab,
-                        label_tokens=lt,
-                        block=blk,
-                        source_id=sid,
-                    )
-                    for i, s, e, t, lab, lt, blk, sid in note_pieces
-                ),
-                piece_vectors=note_vectors,
-                digest=r[18],
-            )
-        )
+        try:
+            notes.append(_note(r, by_seq.get(r[0], []), out_links.get(r[0], ()), blobs.get(r[0])))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # JSON and UTF-8 errors too
+            why = f"its stored row cannot be read (corrupt: {type(exc).__name__}: {str(exc)[:200]})"
+            if bad is None:
+                raise StoreCorruptError(f"{where}note {r[0]} {why}; Memory.verify() lists every damaged row") from None
+            bad(int(r[0]) if isinstance(r[0], int) else -1, why)
     return notes
+
+
+def _note(r: Sequence[Any], note_pieces: list[Sequence[Any]], links: Sequence[int], vs: list[bytes] | None) -> Note:
+    seq, raw = r[0], r[7]
+    if not isinstance(raw, str):
+        raise TypeError(f"raw text is {type(raw).__name__}")
+    note_vectors = (
+        np.frombuffer(b"".join(vs), dtype=np.float32).reshape(len(vs), -1)
+        if vs and len(vs) == len(note_pieces)
+        else None
+    )
+    keywords, tags, description = json.loads(r[11])
+    return Note(
+        seq=seq,
+        unit_id=r[1],
+        kind=r[2],
+        session_id=r[3],
+        date=r[4],
+        steps=(r[5], r[6]) if r[5] is not None else None,
+        raw=raw,
+        raw_tokens=r[8],
+        record=r[9],
+        record_tokens=r[10],
+        fields=Fields(tuple(keywords), tuple(tags), description),
+        fields_tokens=r[12],
+        embedding=np.frombuffer(bytes(r[13]), dtype=np.float32),
+        blocks=blocks_from(raw, r[14]),
+        writer=r[15],
+        flagged=bool(r[16]),
+        flag_reason=r[17],
+        links=tuple(links),
+        pieces=tuple(
+            Piece(
+                index=i, start=s, end=e, text=raw[s:e], tokens=t, label=lab, label_tokens=lt, block=blk, source_id=sid
+            )
+            for i, s, e, t, lab, lt, blk, sid in note_pieces
+        ),
+        piece_vectors=note_vectors,
+        digest=r[18],
+    )

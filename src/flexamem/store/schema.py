@@ -21,6 +21,18 @@ class Migration:
     postgres: str
 
 
+# the history an agent session stored before v6 belongs to: the longest conversation history whose
+# name + "/agent:" starts its id, else the name before its first "/agent:" ("default" for "agent:...")
+_PARENT_BACKFILL = """
+    UPDATE histories SET parent = COALESCE(
+        (SELECT h.id FROM histories AS h
+            WHERE h.kind <> 'agent' AND substr(histories.id, 1, length(h.id) + 7) = h.id || '/agent:'
+            ORDER BY length(h.id) DESC LIMIT 1),
+        CASE WHEN substr(id, 1, 6) = 'agent:' THEN 'default'
+             WHEN {strpos}(id, '/agent:') > 0 THEN substr(id, 1, {strpos}(id, '/agent:') - 1) END)
+    WHERE kind = 'agent';
+"""
+
 _SQLITE: list[str] = [
     # 1: the write-once store
     """
@@ -124,6 +136,22 @@ _SQLITE: list[str] = [
         WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
         BEGIN SELECT RAISE(ABORT, 'flexamem: piece_vectors are write-once'); END;
     """,
+    # 6: integrity to the last byte: each agent session names the history it belongs to (a drop deletes
+    # exactly the history it names and its own sessions, never one whose name merely starts alike), and
+    # merged records, steps and history rows carry digests (flexamem.digests; Memory.verify)
+    """
+    ALTER TABLE histories ADD COLUMN parent TEXT;
+    ALTER TABLE histories ADD COLUMN digest TEXT;
+    ALTER TABLE merged ADD COLUMN digest TEXT;
+    ALTER TABLE steps ADD COLUMN digest TEXT;
+    DROP TRIGGER histories_meta_fixed;
+    """
+    + _PARENT_BACKFILL.replace("{strpos}", "instr")
+    + """
+    CREATE TRIGGER histories_meta_fixed BEFORE UPDATE ON histories
+        BEGIN SELECT RAISE(ABORT, 'flexamem: histories are write-once'); END;
+    CREATE INDEX histories_by_parent ON histories (parent);
+    """,
 ]
 _POSTGRES_FIRST = """
     CREATE TABLE histories (
@@ -201,6 +229,22 @@ MIGRATIONS: list[Migration] = [
         "each history's epoch (a dropped history is known to its views); piece vectors write-once on SQLite",
         _SQLITE[4],
         "ALTER TABLE histories ADD COLUMN epoch TEXT;",
+    ),
+    Migration(
+        "agent sessions name their history (exact drops); digests of merged records, steps and history rows",
+        _SQLITE[5],
+        """
+    ALTER TABLE histories ADD COLUMN parent TEXT;
+    ALTER TABLE histories ADD COLUMN digest TEXT;
+    ALTER TABLE merged ADD COLUMN digest TEXT;
+    ALTER TABLE steps ADD COLUMN digest TEXT;
+    ALTER TABLE histories DISABLE TRIGGER histories_write_once;
+    """
+        + _PARENT_BACKFILL.replace("{strpos}", "strpos")
+        + """
+    ALTER TABLE histories ENABLE TRIGGER histories_write_once;
+    CREATE INDEX histories_by_parent ON histories (parent);
+    """,
     ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,14 +18,22 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flexamem.errors import ConcurrentWriteError, DuplicateUnitError, HistoryDroppedError, StoreError
+from flexamem.digests import V2, chain_problems, history_digest, merged_digest, step_digest
+from flexamem.errors import (
+    ConcurrentWriteError,
+    DuplicateUnitError,
+    HistoryDroppedError,
+    StoreCorruptError,
+    StoreError,
+)
 from flexamem.notes import LLMCall, Note
 from flexamem.store.base import MergedRecord, StepRow
 from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
-HISTORY_COLUMNS = "id, kind, meta, created_at, epoch"
-NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
-MERGED_COLUMNS = "first_seq, last_seq, level, text, tokens, writer, flagged"
+HISTORY_COLUMNS = "id, kind, meta, created_at, epoch, parent, digest"
+NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+MERGED_COLUMNS = "m.first_seq, m.last_seq, m.level, m.text, m.tokens, m.writer, m.flagged, m.digest, n.digest"
+MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id AND n.seq = m.last_seq"
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
 
@@ -36,8 +44,45 @@ def new_epoch() -> str:
     return uuid.uuid4().hex
 
 
-def _merged(r: Sequence[Any]) -> MergedRecord:
+def history_row(
+    history: str, kind: str, meta: dict[str, Any] | None, epoch: str, parent: str | None
+) -> tuple[Any, ...]:
+    """A new ``histories`` row (``HISTORY_COLUMNS``), its digest included."""
+    text = json.dumps(meta or {})
+    return (history, kind, text, time.time(), epoch, parent, history_digest(history, kind, text, epoch, parent))
+
+
+def merged_problem(history: str, r: Sequence[Any]) -> str | None:
+    """What is wrong with a ``MERGED_COLUMNS`` row (None: nothing, or a row written before digests)."""
+    if r[7] is None:
+        return None
+    try:
+        ok = merged_digest(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[8] or "") == r[7]
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        return None
+    return f"merged record of notes {r[0]}..{r[1]} (level {r[2]}) of {history!r} does not match its digest"
+
+
+def _merged(history: str, r: Sequence[Any]) -> MergedRecord:
+    problem = merged_problem(history, r)
+    if problem:
+        raise StoreCorruptError(f"{problem}: changed after writing (Memory.verify() lists every damaged row)")
     return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+
+
+def steps_problems(history: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Problems of ``(n, step_id, data, digest)`` rows in order: a gap, or a step that does not match
+    its digest (chained; it starts again after a step written before digests)."""
+    problems, previous = [], ""
+    for i, (n, step_id, data, digest) in enumerate(rows):
+        if n != i:
+            problems.append(f"step {n} of {history!r} follows step {i - 1}: steps missing")
+        if digest is not None and step_digest(previous, n, step_id, data) != digest:
+            problems.append(f"step {n} of {history!r} does not match its digest: changed after writing")
+        previous = digest or ""
+    return problems
 
 
 class SQLStore:
@@ -60,7 +105,9 @@ class SQLStore:
         raise NotImplementedError
 
     # -- histories ---------------------------------------------------------------------------------
-    def ensure_history(self, history: str, kind: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    def ensure_history(
+        self, history: str, kind: str, meta: dict[str, Any] | None = None, *, parent: str | None = None
+    ) -> dict[str, Any]:
         for _ in range(5):  # another process may create it first (the first meta wins) or drop it between
             found = self.history_meta(history)
             if found is not None:
@@ -68,12 +115,38 @@ class SQLStore:
                     raise StoreError(f"history {history!r} is a {found[0]} history, not {kind}")
                 return found[1]
             with self._write() as conn:
-                self._run(conn, NEW_HISTORY, (history, kind, json.dumps(meta or {}), time.time(), new_epoch()))
+                self._run(conn, NEW_HISTORY, history_row(history, kind, meta, new_epoch(), parent))
         raise ConcurrentWriteError(f"history {history!r} was dropped each time it was created: try again")
 
     def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
-        rows = self._read("SELECT kind, meta FROM histories WHERE id = ?", (history,))
-        return (str(rows[0][0]), dict(json.loads(rows[0][1]))) if rows else None
+        rows = self._read(
+            "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
+        )
+        if not rows:
+            return None
+        problem = self._history_problem(history, rows[0])
+        if problem:
+            raise StoreCorruptError(f"{problem} (Memory.verify() lists every damaged row)")
+        return str(rows[0][0]), dict(json.loads(rows[0][1]))
+
+    @staticmethod
+    def _history_problem(history: str, row: Sequence[Any]) -> str | None:
+        kind, meta, epoch, parent, digest = row
+        try:
+            if digest is not None and history_digest(history, kind, meta, epoch, parent) != digest:
+                return f"the row of history {history!r} (its kind and meta) does not match its digest"
+            if not isinstance(json.loads(meta), dict):
+                raise ValueError("meta is not a JSON object")
+        except (TypeError, ValueError) as exc:
+            return f"the row of history {history!r} cannot be read (corrupt: {exc})"
+        return None
+
+    def sessions(self, parent: str) -> list[str]:
+        """The ids of the agent sessions stored under history ``parent``, oldest first."""
+        rows = self._read(
+            "SELECT id FROM histories WHERE parent = ? AND kind = 'agent' ORDER BY created_at, id", (parent,)
+        )
+        return [str(r[0]) for r in rows]
 
     def history_head(self, history: str) -> tuple[str | None, int]:
         rows = self._read(
@@ -83,21 +156,29 @@ class SQLStore:
         )
         return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
 
-    def drop_history(self, history: str, *, prefix: str | None = None) -> bool:
-        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting), and
-        every history whose id starts with ``prefix``, in one transaction; the only deletion there is
-        (the write-once triggers let it through while a history is marked in ``dropping``). Returns
-        whether any existed."""
+    def drop_history(self, history: str, *, parent: str | None = None) -> bool:
+        """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting) and
+        the agent sessions stored under it (their ``parent`` is its name), in one transaction: the only
+        deletion there is (the write-once triggers let it through while a history is marked in
+        ``dropping``). No other history goes, whatever its name. With ``parent``, ``history`` is deleted
+        only if it is an agent session of that history. Returns whether anything was deleted."""
         with self._write() as conn:
-            ids = [r[0] for r in self._run(conn, "SELECT id FROM histories WHERE id = ?" + self.LOCK_ROW, (history,))]
-            if prefix:
+            if parent is None:
+                found = self._run(conn, "SELECT id FROM histories WHERE id = ?" + self.LOCK_ROW, (history,))
+            else:
+                found = self._run(
+                    conn,
+                    "SELECT id FROM histories WHERE id = ? AND parent = ? AND kind = 'agent'" + self.LOCK_ROW,
+                    (history, parent),
+                )
+            ids = [r[0] for r in found]
+            if parent is None:
                 ids += [
                     r[0]
                     for r in self._run(
                         conn,
-                        "SELECT id FROM histories WHERE substr(id, 1, length(CAST(? AS TEXT))) = ? AND id <> ?"
-                        + self.LOCK_ROW,
-                        (prefix, prefix, history),
+                        "SELECT id FROM histories WHERE parent = ? AND kind = 'agent' AND id <> ?" + self.LOCK_ROW,
+                        (history, history),
                     )
                 ]
             for hid in ids:
@@ -119,7 +200,7 @@ class SQLStore:
         if row is None:
             if not create or kind is None:
                 raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
-            self._run(conn, NEW_HISTORY, (history, kind, "{}", time.time(), epoch))
+            self._run(conn, NEW_HISTORY, history_row(history, kind, None, epoch, None))
             row = self._run(conn, head, (history,)).fetchone()
         if row[1] != epoch:
             if create:
@@ -148,15 +229,27 @@ class SQLStore:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, create, kind)
             elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
-                self._run(conn, NEW_HISTORY, (history, kind, "{}", now, new_epoch()))
+                self._run(conn, NEW_HISTORY, history_row(history, kind, None, new_epoch(), None))
                 stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
                 if stored != kind:
                     raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
+            previous = None
             for step in steps:
+                if previous is None:  # the chain goes on from the stored step before (read in this transaction)
+                    before = self._run(
+                        conn, "SELECT digest FROM steps WHERE history_id = ? AND n = ?", (history, step.n - 1)
+                    ).fetchone()
+                    previous = (before[0] or "") if before else ""
+                digest = step_digest(previous, step.n, step.step_id, step.data)
                 try:
-                    self._run(conn, "INSERT INTO steps VALUES (?,?,?,?)", (history, step.n, step.step_id, step.data))
+                    self._run(
+                        conn,
+                        "INSERT INTO steps (history_id, n, step_id, data, digest) VALUES (?,?,?,?,?)",
+                        (history, step.n, step.step_id, step.data, digest),
+                    )
                 except self.INTEGRITY as exc:
                     raise ConcurrentWriteError(f"step {step.n} of {history!r} was written by another writer") from exc
+                previous = digest
             for key, value in (state or {}).items():
                 self._run(
                     conn,
@@ -192,12 +285,18 @@ class SQLStore:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, False, None)
             self._insert_calls(conn, history, calls)
+            last = self._run(
+                conn, "SELECT digest FROM notes WHERE history_id = ? AND seq = ?", (history, merged.last)
+            ).fetchone()
+            m = merged
+            digest = merged_digest(m.first, m.last, m.level, m.text, m.tokens, m.writer, m.flagged,
+                                   (last[0] or "") if last else "")  # fmt: skip
             self._run(
                 conn,
-                "INSERT INTO merged VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-                (history, merged.first, merged.last, merged.level, merged.text, merged.tokens, merged.writer,
-                 time.time(), int(merged.flagged)),
-            )  # fmt: skip
+                "INSERT INTO merged (history_id, first_seq, last_seq, level, text, tokens, writer, created_at,"
+                " flagged, digest) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                (history, m.first, m.last, m.level, m.text, m.tokens, m.writer, time.time(), int(m.flagged), digest),
+            )
         return self.get_merged(history, merged.first, merged.last, merged.level) or merged
 
     def record_llm_call(self, history: str, call: LLMCall) -> None:
@@ -234,13 +333,20 @@ class SQLStore:
         )
         return [(int(a), int(b)) for a, b in rows]
 
+    def _step_rows(self, history: str) -> list[Any]:
+        return self._read("SELECT n, step_id, data, digest FROM steps WHERE history_id = ? ORDER BY n", (history,))
+
     def load_steps(self, history: str) -> list[StepRow]:
-        rows = self._read("SELECT n, step_id, data FROM steps WHERE history_id = ? ORDER BY n", (history,))
+        """The session's steps in order; a step that does not match its digest raises :class:`StoreError`."""
+        rows = self._step_rows(history)
+        problems = steps_problems(history, rows)
+        if problems:
+            raise StoreCorruptError(f"{problems[0]} (Memory.verify() lists every damaged row)")
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
 
-    def load_notes(self, history: str, start: int = 0) -> list[Note]:
+    def _note_rows(self, history: str, start: int) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         where, args = "WHERE history_id = ? AND seq >= ?", (history, start)
-        return notes_from_rows(
+        return (
             self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", args),
             self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args),
             self._read(
@@ -249,19 +355,53 @@ class SQLStore:
             self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args),
         )
 
+    def load_notes(self, history: str, start: int = 0) -> list[Note]:
+        return notes_from_rows(*self._note_rows(history, start), where=f"history {history!r}: ")
+
     def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None:
         rows = self._read(
-            f"SELECT {MERGED_COLUMNS} FROM merged"
-            " WHERE history_id = ? AND first_seq = ? AND last_seq = ? AND level = ?",
+            f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM}"
+            " WHERE m.history_id = ? AND m.first_seq = ? AND m.last_seq = ? AND m.level = ?",
             (history, first, last, level),
         )
-        return _merged(rows[0]) if rows else None
+        return _merged(history, rows[0]) if rows else None
 
     def load_merged(self, history: str) -> list[MergedRecord]:
         rows = self._read(
-            f"SELECT {MERGED_COLUMNS} FROM merged WHERE history_id = ? ORDER BY first_seq, level", (history,)
+            f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ? ORDER BY m.first_seq, m.level",
+            (history,),
         )
-        return [_merged(r) for r in rows]
+        return [_merged(history, r) for r in rows]
+
+    def verify(self, history: str) -> list[str]:
+        """Every problem of the rows a render or a context can show (``[]``: none): the history row,
+        each note (digest chain, numbering, a row that cannot be read), the link rows, the merged
+        records and the agent steps. Never raises on a store it can read."""
+        problems: list[str] = []
+        rows = self._read(
+            "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
+        )
+        if rows:
+            problem = self._history_problem(history, rows[0])
+            problems += [problem] if problem else []
+        note_rows, pieces, links, vectors = self._note_rows(history, 0)
+        notes = notes_from_rows(
+            note_rows, pieces, links, vectors, bad=lambda seq, why: problems.append(f"note {seq} of {history!r}: {why}")
+        )
+        problems += chain_problems(notes)
+        written = {(t, n.seq) for n in notes if (n.digest or "").startswith(V2) for t in n.links if t < n.seq}
+        checked = {n.seq for n in notes if (n.digest or "").startswith(V2)}
+        back = {(int(a), int(b)) for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ?", (history,))}
+        for a, b in sorted(back - written):
+            if a < b and b in checked:
+                problems.append(f"link {a} -> {b} of {history!r} was not written with note {b}: added after writing")
+        for a, b in sorted(written - back):
+            problems.append(f"link {a} -> {b} of {history!r}, written with note {b}, is missing")
+        for r in self._read(f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ?", (history,)):
+            problem = merged_problem(history, r)
+            problems += [problem] if problem else []
+        problems += steps_problems(history, self._step_rows(history))
+        return problems
 
     def llm_calls(self, history: str, start: int | None = None) -> list[LLMCall]:
         rows = self._read(
@@ -276,4 +416,7 @@ class SQLStore:
 
     def get_state(self, history: str, key: str) -> Any:
         rows = self._read("SELECT value FROM state WHERE history_id = ? AND key = ?", (history, key))
-        return json.loads(rows[0][0]) if rows else None
+        try:
+            return json.loads(rows[0][0]) if rows else None
+        except (TypeError, ValueError) as exc:
+            raise StoreCorruptError(f"the state {key!r} of {history!r} cannot be read (corrupt: {exc})") from None

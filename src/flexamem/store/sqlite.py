@@ -6,6 +6,7 @@ links and merged records, so not even raw SQL through this connection can rewrit
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -17,7 +18,10 @@ from typing import Any
 from flexamem.errors import (
     ReadOnlyStoreError,
     StoreClosedError,
+    StoreCorruptError,
     StoreError,
+    StoreFullError,
+    StoreUnavailableError,
     WriteOnceError,
 )
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -109,7 +113,11 @@ class SQLiteStore(SQLStore):
                 yield db
                 db.execute("COMMIT")
             except BaseException as exc:
-                db.execute("ROLLBACK")
+                # SQLite may have ended the transaction itself (a failed COMMIT on a full disk): the
+                # rollback must neither fail nor hide the first error, and the connection stays usable
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise _map_error(exc, self.path) from exc
                 raise
@@ -120,6 +128,10 @@ class SQLiteStore(SQLStore):
                 return self.db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise _map_error(exc, self.path) from exc
+            except UnicodeDecodeError as exc:  # a flipped byte in a text column
+                raise StoreCorruptError(
+                    f"{self.path}: a stored row holds bytes that are not UTF-8 text ({exc.reason})"
+                ) from None
 
     def close(self) -> None:
         with self._lock:
@@ -147,11 +159,22 @@ def _split_sql(script: str) -> list[str]:
 
 
 def _map_error(exc: sqlite3.Error, path: str) -> Exception:
+    """SQLite's error as ours, naming its cause (sqlite3's result codes, with its message as fallback)."""
     text = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
     if "write-once" in text:
         return WriteOnceError(text.removeprefix("flexamem: "))
-    if "readonly" in text or "read-only" in text:
+    if primary == sqlite3.SQLITE_FULL or "disk is full" in text:
+        return StoreFullError(f"{path}: the disk is full ({text}); nothing of this write was stored")
+    if primary == sqlite3.SQLITE_READONLY or "readonly" in text or "read-only" in text:
         return ReadOnlyStoreError(f"{path} is read-only: {text}")
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        return StoreUnavailableError(f"{path} is locked by another writer ({text}): try again")
+    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text or "decode" in text:
+        return StoreCorruptError(f"{path} is damaged: {text}")
+    if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
+        return StoreError(f"{path}: the file system failed ({text})")
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
         return StoreClosedError("the store is closed")
     return StoreError(f"{path}: {text}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexamem.config import Settings
+from flexamem.digests import note_digest
 from flexamem.notes import LLMCall, Note, Piece, Record, UnitDraft
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder
@@ -135,7 +136,7 @@ class NoteWriter:
                     piece_vectors=prepared.piece_vectors[i],
                 )
             )
-            previous_digest = notes[-1].chained_digest(previous_digest)
+            previous_digest = note_digest(notes[-1], previous_digest)
             notes[-1] = dataclasses.replace(notes[-1], digest=previous_digest)
             calls += [dataclasses.replace(c, seq=seq) for c in record.calls]
             matrix = np.vstack([matrix, vectors[i : i + 1]])
