@@ -37,7 +37,7 @@ import numpy as np
 from flexamem.budget import check_budget
 from flexamem.chat import Message, chat_safe, shown_as_text, validate_messages
 from flexamem.core import HistoryCore
-from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError
+from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError, StoreFullError
 from flexamem.names import session_history
 from flexamem.notes import Step, UnitDraft
 from flexamem.render.messages import message_tokens, messages_tokens
@@ -124,7 +124,7 @@ class AgentSession:
 
     def _set_state(self, key: str, value: Any) -> None:
         """Session state (written through; a read-only store keeps it in this process only)."""
-        with contextlib.suppress(ReadOnlyStoreError):
+        with contextlib.suppress(ReadOnlyStoreError, StoreFullError):  # the context is served all the same
             self.core.store.set_state(self.core.history_id, key, value, epoch=self.core.epoch)
 
     @classmethod

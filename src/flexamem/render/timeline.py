@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flexamem.config import Settings
-from flexamem.errors import HistoryDroppedError
+from flexamem.errors import HistoryDroppedError, StoreFullError, StoreUnavailableError
 from flexamem.history import History
 from flexamem.render import format as fmt
 from flexamem.store.base import MergedRecord, Store
@@ -146,6 +146,8 @@ class Timeline:
                 self.merges_written += 1
             except HistoryDroppedError:
                 pass  # dropped meanwhile: shown once, never stored under a later history
+            except (StoreFullError, StoreUnavailableError):
+                pass  # a full disk or a lost database costs the cache, not the render: kept in memory
         return stored
 
     def restore(self, spans: Sequence[Sequence[int]], n: int) -> list[Entry]:

@@ -344,15 +344,20 @@ class SQLStore:
             raise StoreCorruptError(f"{problems[0]} (Memory.verify() lists every damaged row)")
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
 
-    def _note_rows(self, history: str, start: int) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    def _note_rows(
+        self, history: str, start: int, end: int | None = None
+    ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         where, args = "WHERE history_id = ? AND seq >= ?", (history, start)
+        args_: tuple[Any, ...] = args
+        links = f"SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY {self.LINK_ORDER}"
+        if end is not None:
+            where, args_ = where + " AND seq < ?", (history, start, end)
+            links = links.replace("AND src >= ?", "AND src >= ? AND src < ?")
         return (
-            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", args),
-            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args),
-            self._read(
-                f"SELECT src, dst FROM links WHERE history_id = ? AND src >= ? ORDER BY {self.LINK_ORDER}", args
-            ),
-            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args),
+            self._read(f"SELECT {NOTE_COLUMNS} FROM notes {where} ORDER BY seq", args_),
+            self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args_),
+            self._read(links, args_),
+            self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args_),
         )
 
     def load_notes(self, history: str, start: int = 0) -> list[Note]:
@@ -376,18 +381,43 @@ class SQLStore:
     def verify(self, history: str) -> list[str]:
         """Every problem of the rows a render or a context can show (``[]``: none): the history row,
         each note (digest chain, numbering, a row that cannot be read), the link rows, the merged
-        records and the agent steps. Never raises on a store it can read."""
+        records and the agent steps. Never raises on a store it can open: a part that cannot be read
+        at all is a problem line too."""
         problems: list[str] = []
+        for part, check in (
+            ("the history row", self._verify_row),
+            ("the notes", self._verify_notes),
+            ("the merged records", self._verify_merged),
+            ("the agent steps", lambda h: steps_problems(h, self._step_rows(h))),
+        ):
+            try:
+                problems += check(history)
+            except (StoreError, TypeError, ValueError) as exc:
+                problems.append(f"{part} of {history!r} cannot be read: {str(exc)[:300]}")
+        return problems
+
+    def _verify_row(self, history: str) -> list[str]:
         rows = self._read(
             "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
         )
-        if rows:
-            problem = self._history_problem(history, rows[0])
-            problems += [problem] if problem else []
-        note_rows, pieces, links, vectors = self._note_rows(history, 0)
-        notes = notes_from_rows(
-            note_rows, pieces, links, vectors, bad=lambda seq, why: problems.append(f"note {seq} of {history!r}: {why}")
-        )
+        problem = self._history_problem(history, rows[0]) if rows else None
+        return [problem] if problem else []
+
+    def _verify_notes(self, history: str) -> list[str]:
+        problems: list[str] = []
+
+        def bad(seq: int, why: str) -> None:
+            problems.append(f"note {seq} of {history!r}: {why}")
+
+        try:
+            notes = notes_from_rows(*self._note_rows(history, 0), bad=bad)
+        except StoreCorruptError:  # a byte the database cannot even decode: read note by note to name it
+            notes = []
+            for (seq,) in self._read("SELECT seq FROM notes WHERE history_id = ? ORDER BY seq", (history,)):
+                try:
+                    notes += notes_from_rows(*self._note_rows(history, int(seq), int(seq) + 1), bad=bad)
+                except StoreCorruptError as exc:
+                    bad(int(seq), f"its stored row cannot be read ({str(exc)[:200]})")
         problems += chain_problems(notes)
         written = {(t, n.seq) for n in notes if (n.digest or "").startswith(V2) for t in n.links if t < n.seq}
         checked = {n.seq for n in notes if (n.digest or "").startswith(V2)}
@@ -397,11 +427,11 @@ class SQLStore:
                 problems.append(f"link {a} -> {b} of {history!r} was not written with note {b}: added after writing")
         for a, b in sorted(written - back):
             problems.append(f"link {a} -> {b} of {history!r}, written with note {b}, is missing")
-        for r in self._read(f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ?", (history,)):
-            problem = merged_problem(history, r)
-            problems += [problem] if problem else []
-        problems += steps_problems(history, self._step_rows(history))
         return problems
+
+    def _verify_merged(self, history: str) -> list[str]:
+        rows = self._read(f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ?", (history,))
+        return [p for p in (merged_problem(history, r) for r in rows) if p]
 
     def llm_calls(self, history: str, start: int | None = None) -> list[LLMCall]:
         rows = self._read(

@@ -7,6 +7,7 @@ links and merged records, so not even raw SQL through this connection can rewrit
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -53,7 +54,13 @@ class SQLiteStore(SQLStore):
                 self._use_wal()
             self._migrate()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open {self.path!r}: {exc}") from exc
+            folder = Path(self.path).resolve().parent if self.path != ":memory:" else None
+            if folder is not None and folder.exists() and not os.access(folder, os.W_OK):
+                raise ReadOnlyStoreError(
+                    f"cannot open {self.path!r}: its folder or file system is read-only ({exc})"
+                ) from exc
+            mapped = _map_error(exc, self.path)
+            raise type(mapped)(f"cannot open {self.path!r}: {mapped}") from exc
 
     # -- plumbing ----------------------------------------------------------------------------------
     @property
@@ -172,7 +179,7 @@ def _map_error(exc: sqlite3.Error, path: str) -> Exception:
     if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
         return StoreUnavailableError(f"{path} is locked by another writer ({text}): try again")
     if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text or "decode" in text:
-        return StoreCorruptError(f"{path} is damaged: {text}")
+        return StoreCorruptError(f"{path} is damaged: {text[:200]}")
     if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
         return StoreError(f"{path}: the file system failed ({text})")
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
