@@ -89,3 +89,27 @@ def test_ingest_of_an_unknown_sample_is_an_error(tmp_path: Path, capsys) -> None
     data = locomo_file(tmp_path / "locomo.json")
     assert main(["ingest", "--data", str(data), "--db", str(tmp_path / "m.db"), "--sample", "nope"]) == 2
     assert "no conversation nope" in capsys.readouterr().err
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29's reproducers: a path too long for the file system, a file that is not UTF-8, JSON nested
+    deeper than Python parses; each one line on stderr and exit code 2, nothing created."""
+    db = str(tmp_path / "c.db")
+    assert main(["init", "--db", db]) == 0
+    capsys.readouterr()
+    long_path = str(tmp_path / ("a" * 5000))
+    (tmp_path / "turns.json").write_text('[{"speaker": "A", "text": "hi"}]')
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('[{"speaker": "Zoë", "text": "café"}]'.encode("latin-1"))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    for argv, says in (
+        (["add", "--db", long_path, str(tmp_path / "turns.json")], "File name too long"),
+        (["render", "--db", long_path, "q"], "File name too long"),
+        (["add", "--db", db, str(latin)], "not UTF-8"),
+        (["add", "--db", db, str(deep)], "nested too deeply"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and len(err) < 400, err
+    assert main(["histories", "--db", db]) == 0 and "no histories" in capsys.readouterr().out

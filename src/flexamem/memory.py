@@ -63,7 +63,8 @@ def check_file_path(path: str | Path) -> None:
         if not p.parent.exists():
             raise InvalidInputError(f"cannot create {text!r}: the directory {str(p.parent)!r} does not exist")
     except OSError as exc:  # a name too long, a path through a file, no permission ...
-        raise InvalidInputError(f"cannot use {text!r} as a memory file: {exc.strerror or exc}") from None
+        shown = text if len(text) <= 120 else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+        raise InvalidInputError(f"cannot use {shown!r} as a memory file: {exc.strerror or exc}") from None
 
 
 def open_store(path: str | Path, *, read_only: bool = False) -> Store:

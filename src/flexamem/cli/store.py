@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flexamem.errors import InvalidInputError
-from flexamem.memory import Memory
+from flexamem.memory import Memory, check_file_path
 from flexamem.notes import Note, note_json
 from flexamem.render.renderer import MODES
 
@@ -54,6 +54,7 @@ def _db(args: argparse.Namespace, *, must_exist: bool = True) -> str:
     db = args.db or os.environ.get("FLEXAMEM_DB")
     if not db:
         raise InvalidInputError("no database: give --db PATH (or set FLEXAMEM_DB)")
+    check_file_path(db)  # a name too long, a NUL, a folder: one clear line
     if must_exist and "://" not in db and not Path(db).is_file():
         raise InvalidInputError(f"no database at {db} (create one with: flexamem init --db {db})")
     return str(db)
@@ -75,28 +76,36 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def _read_items(source: str) -> list[Any]:
     """JSON (a list, or one object) or JSONL from a file or ``-`` (stdin)."""
-    if source == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidInputError(f"cannot read {source}: {exc.strerror}") from None
-    text = text.strip()
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{source}: not UTF-8 text (byte {exc.start}); JSON input must be UTF-8") from None
     if not text:
         raise InvalidInputError(f"{source}: no input")
     try:
-        data = json.loads(text)
+        data = _json(text)
     except json.JSONDecodeError:
         items = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    items.append(json.loads(line))
+                    items.append(_json(line))
                 except json.JSONDecodeError as exc:
                     raise InvalidInputError(f"{source} line {n}: not JSON ({exc.msg})") from None
         return items
     return data if isinstance(data, list) else [data]
+
+
+def _json(text: str) -> Any:
+    """``json.loads``, with input nested too deep for Python a clear error (not a RecursionError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidInputError("the input JSON is nested too deeply") from None
 
 
 def _kind_of(items: list[Any]) -> str:
