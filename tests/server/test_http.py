@@ -2,8 +2,10 @@
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flexamem.chat import chat_problems
@@ -121,10 +123,11 @@ def test_the_openapi_spec_describes_every_route(server: Server) -> None:
 
 @pytest.mark.integration
 def test_schemathesis_finds_no_server_error(server: Server) -> None:
-    """A property-based fuzz of every operation of the OpenAPI spec (schemathesis): no 5xx."""
+    """A property-based fuzz of every operation of the OpenAPI spec (schemathesis): no 5xx, and every
+    status answered is one the spec lists for that operation."""
     done = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json",
-         "-H", f"Authorization: Bearer {server.keys['acme']}", "-c", "not_a_server_error",
+         "-H", f"Authorization: Bearer {server.keys['acme']}", "-c", "not_a_server_error,status_code_conformance",
          "-n", "40", "--seed", "7"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -149,3 +152,74 @@ def test_the_openapi_spec_in_the_docs_is_current() -> None:
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
     assert module.OUT.read_text() == module.spec(), "run: python scripts/openapi.py"
+
+
+def test_the_inspector_takes_a_header_or_a_short_lived_link_never_a_key_in_the_url(server: Server) -> None:
+    key = server.keys["acme"]
+    with server.client() as c:
+        c.post("/v1/histories/links/sessions", json={"turns": [{"speaker": "A", "text": "the code is 5521"}]})
+        assert c.get("/inspect/links", params={"query": "code"}).status_code == 200  # the key as a header
+        made = c.post("/v1/histories/links/inspect-link", json={"query": "the code", "seconds": 10}).json()
+        assert key not in made["url"] and made["expires"] <= time.time() + 11
+        short = c.post("/v1/histories/links/inspect-link", json={"query": "the code", "seconds": 10}).json()
+        assert c.post("/v1/histories/nope/inspect-link", json={"query": "q"}).status_code == 404
+    with httpx.Client(base_url=server.url, timeout=60) as anonymous:
+        page = anonymous.get(made["url"])
+        assert page.status_code == 200 and "5521" in page.text
+        refused = anonymous.get("/inspect/links", params={"query": "code", "key": key})
+        assert refused.status_code == 401 and "no API key in the URL" in refused.json()["error"]["message"]
+        other_history = made["url"].replace("/inspect/links?", "/inspect/diary?")
+        assert anonymous.get(other_history).status_code == 401  # a link names one history
+        assert anonymous.get(made["url"][:-3] + "abc").status_code == 401  # forged signature
+        time.sleep(11)
+        assert anonymous.get(short["url"]).status_code == 401  # expired
+
+
+def test_every_status_a_route_answers_is_in_the_openapi_document(server: Server) -> None:
+    """Real requests to every route, made to fail every way a caller can make them fail; each status
+    that comes back must be one the route's OpenAPI entry lists (generated clients then know it)."""
+    with server.client(None) as c:
+        spec = c.get("/openapi.json").json()["paths"]
+    turns = {"turns": [{"speaker": "A", "text": "hello there"}], "session_id": "one"}
+    big = {"turns": [{"speaker": "A", "text": "x" * 250_000}]}
+    h, a = "/v1/histories/statuses", "/v1/histories/statuses/agents"
+    calls = [  # (method, route in the spec, concrete path, body)
+        ("post", "/v1/histories/{history}/sessions", f"{h}/sessions", turns),
+        ("post", "/v1/histories/{history}/sessions", f"{h}/sessions", turns),  # 409: the unit id is taken
+        ("post", "/v1/histories/{history}/sessions", f"{h}/sessions", {"turns": [{"speaker": "A", "text": "\x00"}]}),
+        ("post", "/v1/histories/{history}/sessions", f"{h}/sessions", {"turns": []}),
+        ("post", "/v1/histories/{history}/sessions", f"{h}/sessions", big),
+        ("post", "/v1/histories/{history}/messages", f"{h}/messages", {"messages": [{"role": "nobody", "content": 1}]}),
+        ("post", "/v1/histories/{history}/render", f"{h}/render", {"query": "hello", "budget": 500}),
+        ("post", "/v1/histories/{history}/render", f"{h}/render", {"query": "  ", "budget": 500}),
+        ("post", "/v1/histories/{history}/render", f"{h}/render", {"query": "hello", "budget": 1}),
+        ("post", "/v1/histories/{history}/render", "/v1/histories/none/render", {"query": "q", "budget": 500}),
+        ("get", "/v1/histories/{history}/notes", f"{h}/notes", None),
+        ("get", "/v1/histories/{history}/notes", "/v1/histories/none/notes", None),
+        ("get", "/v1/histories/{history}/notes/{unit}", f"{h}/notes/u9", None),
+        ("post", "/v1/histories/{history}/agents", a, {"task": "t", "budget": 900, "session_id": "s"}),
+        ("post", "/v1/histories/{history}/agents", a, {"task": "other", "budget": 900, "session_id": "s"}),
+        ("post", "/v1/histories/{history}/agents/{session_id}/steps", f"{a}/s/steps", {"action": "a", "step_id": "1"}),
+        ("post", "/v1/histories/{history}/agents/{session_id}/steps", f"{a}/zz/steps", {"action": "a"}),
+        ("get", "/v1/histories/{history}/agents/{session_id}/context", f"{a}/s/context", None),
+        ("get", "/v1/histories/{history}/agents/{session_id}/context", f"{a}/s/context?mode=nope", None),
+        ("post", "/v1/histories/{history}/inspect-link", f"{h}/inspect-link", {"query": "q", "seconds": 1}),
+        ("delete", "/v1/histories/{history}", "/v1/histories/none", None),
+        ("delete", "/v1/histories/{history}", h, None),
+        ("get", "/v1/histories", "/v1/histories", None),
+    ]
+    seen: dict[tuple[str, str], set[int]] = {}
+    with server.client() as c, server.client(None) as anonymous:
+        for method, route, path, body in calls:
+            for client in (c, anonymous):
+                r = client.request(method, path, json=body)
+                seen.setdefault((route, method), set()).add(r.status_code)
+    undocumented = {
+        (route, method, status)
+        for (route, method), statuses in seen.items()
+        for status in statuses
+        if str(status) not in spec[route][method]["responses"]
+    }
+    assert not undocumented, undocumented
+    every = set().union(*seen.values())
+    assert {200, 400, 401, 404, 409, 413, 422} <= every, every

@@ -25,8 +25,9 @@ def test_inspector_shows_budget_timeline_pieces_and_links(server: Server, tmp_pa
             if i == 7:
                 turns = [{"speaker": "Ana", "text": "The hotel refund goes to my Visa ending 4417."}]
             c.post("/v1/histories/diary/sessions", json={"turns": turns, "session_id": f"d{i}"})
-    query = "Which%20card%20gets%20the%20hotel%20refund"
-    url = f"{server.url}/inspect/diary?query={query}&budget=600&key={server.keys['acme']}"
+        link = c.post("/v1/histories/diary/inspect-link", json={"query": "Which card gets the hotel refund", "budget": 600})
+        assert link.status_code == 200 and server.keys["acme"] not in link.text
+    url = server.url + link.json()["url"]
     shot = tmp_path / "inspector.png"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -46,9 +47,15 @@ def test_inspector_shows_budget_timeline_pieces_and_links(server: Server, tmp_pa
         assert page.locator("#pieces td.score").first.is_visible()
         assert page.locator("#links").is_visible()
         page.screenshot(path=str(shot), full_page=True)
+        with server.client("other") as c:  # another tenant's link names its own history, not acme's
+            other = c.post("/v1/histories/diary/sessions", json={"turns": [{"speaker": "B", "text": "mine"}]})
+            assert other.status_code == 200
+            theirs = server.url + c.post("/v1/histories/diary/inspect-link", json={"query": "refund"}).json()["url"]
         denied = browser.new_page()
-        response = denied.goto(url.replace(server.keys["acme"], server.keys["other"]))
-        assert response is not None and response.status == 404
+        response = denied.goto(theirs)
+        assert response is not None and response.status == 200 and "4417" not in denied.content()
+        response = denied.goto(url.split("token=")[0] + "token=" + "x" + url.split("token=")[1])  # forged
+        assert response is not None and response.status == 401
         browser.close()
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("FLEXAMEM_ARTIFACTS"):  # keep the screenshot (docs, CI artifacts)

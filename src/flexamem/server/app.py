@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,7 @@ from flexamem.budget import MAX_BUDGET
 from flexamem.errors import (
     BudgetError,
     ConcurrentWriteError,
+    DuplicateUnitError,
     FlexaMemError,
     HistoryDroppedError,
     InvalidInputError,
@@ -91,6 +93,7 @@ STATUS = {  # the first that matches: subclasses before their bases
     InvalidInputError: 400,
     HistoryDroppedError: 404,  # before its base class: a deleted agent session is gone, not busy
     ConcurrentWriteError: 409,
+    DuplicateUnitError: 409,
     ModelUnavailableError: 503,
     StoreClosedError: 503,
     StoreUnavailableError: 503,  # a lost or restarting database: retryable, with Retry-After
@@ -230,6 +233,57 @@ class Dropped(BaseModel):
     dropped: bool
 
 
+class LinkIn(Strict):
+    query: str = Field(min_length=1)
+    budget: int = Field(default=4096, ge=1, le=MAX_BUDGET)
+    mode: Mode = "auto"
+    seconds: int = Field(default=300, ge=10, le=3600, description="how long the link works")
+
+
+class LinkOut(BaseModel):
+    url: str = Field(description="the inspector page, relative to the server (no API key in it)")
+    expires: int = Field(description="when the link stops working (Unix time)")
+
+
+class ErrorBody(BaseModel):
+    type: str = Field(description="the error's class (InvalidInputError, NotFound, StoreUnavailableError, ...)")
+    message: str
+    details: list[dict[str, str]] | None = None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+ANSWERS = {
+    400: "Bad input (InvalidInputError, BudgetError): nothing was stored",
+    401: "No API key, or a key no tenant holds",
+    404: "No such history, unit or agent session for this tenant (or it was deleted)",
+    409: "A conflict: the unit id is taken, or another writer advanced the history or agent session first",
+    413: "The request body is over the server's limit",
+    422: "The request does not match the schema",
+    500: "The store is damaged (StoreCorruptError names the row) or the server failed; nothing was half-stored",
+    503: "The store cannot be reached right now (a database restarting): nothing was stored, retry after "
+    "Retry-After seconds",
+    507: "The store's disk is full: nothing of this write was stored; reads go on",
+}
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The error statuses a route can answer, for the OpenAPI document (every /v1 route also answers
+    401, 500 and 503; a route with a body 413)."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in sorted({401, 500, 503, *codes}):
+        out[code] = {"model": ErrorOut, "description": ANSWERS[code]}
+        if code == 503:
+            out[code]["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
+    return out
+
+
+READ = answers(404)
+WRITE = answers(400, 404, 409, 413, 422, 507)
+
+
 # -- the app -------------------------------------------------------------------------------------------
 class Memories:
     """One store, and the ``Memory`` of each (tenant, history) a request used, kept open for the next
@@ -276,7 +330,7 @@ class Memories:
     def existing(self, tenant: str, history: str) -> Memory:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
         hid = f"{tenant}/{history}"
-        if self.store.history_kind(hid) is None and not Memory(store=self.store, history=hid).sessions():
+        if self.store.history_kind(hid) is None and not self.store.sessions(hid):
             raise NotFound(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
         return self.get(tenant, history)
 
@@ -297,9 +351,18 @@ def tenant(request: Request) -> str:
     """The tenant whose key the request carries (401 otherwise)."""
     auth = request.headers.get("authorization", "")
     key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
+    keys: KeyFile = request.app.state.keys
+    found = keys.tenant_of(key)
     if key is None and request.url.path.startswith("/inspect/"):
-        key = request.query_params.get("key")
-    found = request.app.state.keys.tenant_of(key)
+        if "key" in request.query_params:
+            raise Unauthorized(
+                "the inspector takes no API key in the URL (browsers, proxies and shell history keep it): send "
+                "it as a header, or get a short-lived link from POST /v1/histories/{history}/inspect-link"
+            )
+        token = request.query_params.get("token")
+        found = keys.check_link(token, request.path_params.get("history", "")) if token else None
+        if found is None:
+            raise Unauthorized("an API key header, or an inspector link that is genuine and not expired, is required")
     if found is None:
         raise Unauthorized("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
     request.state.tenant = found
@@ -426,7 +489,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:  # outside the middleware above
         return _internal_error(request, exc)
 
-    @app.get("/health")
+    @app.get("/health", responses={500: READ[500], 503: READ[503]})
     def health() -> dict[str, str]:
         """Liveness: the server answers and its store is readable."""
         memories.store.histories()
@@ -439,12 +502,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         body, kind = metrics.scrape()
         return Response(body, media_type=kind)
 
-    @app.get("/v1/histories", response_model=list[HistoryOut])
+    @app.get("/v1/histories", response_model=list[HistoryOut], responses=answers())
     def list_histories(t: Tenant) -> list[dict[str, Any]]:
         """The tenant's histories (agent sessions as ``<history>/agent:<id>``), with their note counts."""
         return memories.histories(t)
 
-    @app.post("/v1/histories/{history}/sessions", response_model=Units)
+    @app.post("/v1/histories/{history}/sessions", response_model=Units, responses=WRITE)
     def add_session(body: SessionIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Write one conversation session (created with its history when new)."""
         mem = opened(t, history)
@@ -454,7 +517,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
-    @app.post("/v1/histories/{history}/messages", response_model=Units)
+    @app.post("/v1/histories/{history}/messages", response_model=Units, responses=WRITE)
     def add_messages(body: MessagesIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Write an OpenAI-format chat history as one session (tool calls and results verbatim)."""
         mem = opened(t, history)
@@ -463,7 +526,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
-    @app.post("/v1/histories/{history}/render", response_model=RenderOut)
+    @app.post("/v1/histories/{history}/render", response_model=RenderOut, responses=answers(400, 404, 413, 422))
     def render(body: RenderIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """The memory for one query within the budget (no model call)."""
         mem = memories.existing(t, history)
@@ -484,12 +547,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             ],
         }
 
-    @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut])
+    @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut], responses=answers(404, 422))
     def notes(history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
         """The history's notes in time order."""
         return [note_json(n) for n in memories.existing(t, history).notes()]
 
-    @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull)
+    @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull, responses=answers(404, 422))
     def note(history: HistoryName, unit: Annotated[str, Path(max_length=300)], t: Tenant) -> dict[str, Any]:
         """One note in full: raw text, record, fields, pieces and its digest (provenance)."""
         try:
@@ -498,14 +561,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise NotFound(str(exc)) from None
         return note_json(n, full=True)
 
-    @app.delete("/v1/histories/{history}", response_model=Dropped)
+    @app.delete("/v1/histories/{history}", response_model=Dropped, responses=answers(404, 422))
     def drop(history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Delete the whole history and its agent sessions (the only deletion; notes are never edited)."""
         dropped = memories.existing(t, history).drop()
         memories.forget(t, history)
         return {"history": history, "dropped": dropped}
 
-    @app.post("/v1/histories/{history}/agents", response_model=AgentOut)
+    @app.post("/v1/histories/{history}/agents", response_model=AgentOut, responses=WRITE)
     def start_agent(body: AgentIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """Start an agent session under the history (or resume it, when the task and budget match)."""
         mem = opened(t, history)
@@ -518,7 +581,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise NotFound(f"no agent session {sid!r} in history {history!r}")
         return mem.agent(session_id=sid)
 
-    @app.post("/v1/histories/{history}/agents/{session_id}/steps", response_model=StepOut)
+    @app.post("/v1/histories/{history}/agents/{session_id}/steps", response_model=StepOut, responses=WRITE)
     def step(body: StepIn, history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, int]:
         """Record one step (``step_id`` makes a retry idempotent)."""
         agent = session(t, history, session_id)
@@ -526,7 +589,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             number = agent.step(body.action, body.observation, messages=body.messages, step_id=body.step_id)
         return {"step": number}
 
-    @app.get("/v1/histories/{history}/agents/{session_id}/context", response_model=ContextOut)
+    @app.get(
+        "/v1/histories/{history}/agents/{session_id}/context",
+        response_model=ContextOut,
+        responses=answers(400, 404, 422),
+    )
     def context(
         history: HistoryName,
         session_id: SessionName,
@@ -545,6 +612,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             "memory_active": not ctx.pass_through,
         }
 
+    @app.post("/v1/histories/{history}/inspect-link", response_model=LinkOut, responses=answers(400, 404, 413, 422))
+    def inspect_link(body: LinkIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """A short-lived link to the memory inspector (signed, no API key in it) to open in a browser."""
+        memories.existing(t, history)
+        token, expires = keys.sign_link(t, history, body.seconds)
+        query = urlencode({"query": body.query, "budget": body.budget, "mode": body.mode, "token": token})
+        return {"url": f"/inspect/{history}?{query}", "expires": expires}
+
     @app.get("/inspect/{history}", response_class=HTMLResponse, include_in_schema=False)
     def inspect(
         history: HistoryName,
@@ -553,7 +628,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         budget: Annotated[int, Query(ge=1, le=MAX_BUDGET)] = 4096,
         mode: Annotated[Mode, Query()] = "auto",
     ) -> str:
-        """The memory inspector: one rendering drawn for people (budget bar, timeline, pieces, links)."""
+        """The memory inspector: one rendering drawn for people (budget bar, timeline, pieces, links). The
+        caller is named by an API key header or by the ``token`` of a link from ``inspect-link``."""
         from flexamem.server.inspector import inspector_page
 
         return inspector_page(memories.existing(t, history), history, query, budget, mode)

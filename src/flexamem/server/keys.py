@@ -1,19 +1,26 @@
 """API keys per tenant, hashed at rest.
 
 A key is ``fm_`` plus 32 random bytes (URL-safe base64); only its SHA-256 is stored, in a JSON file
-``{"tenants": {"<tenant>": ["<sha256 hex>", ...]}}`` (mode 0600). Keys are random, so a plain hash is
-enough (nothing to brute-force); lookups compare hashes in constant time.
+``{"tenants": {"<tenant>": ["<sha256 hex>", ...]}, "link_secret": "..."}`` (mode 0600). Keys are random,
+so a plain hash is enough (nothing to brute-force); lookups compare hashes in constant time. The link
+secret signs the inspector's short-lived links, so no long-lived key ever travels in a URL.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
 import os
 import re
 import secrets
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from flexamem.errors import InvalidInputError
 
@@ -31,22 +38,85 @@ class KeyFile:
         self.path = Path(path)
         self._stamp: float | None = None
         self._by_hash: dict[str, str] = {}
+        self._secret = ""
 
-    def _load(self) -> dict[str, list[str]]:
+    def _data(self) -> dict[str, Any]:
         if not self.path.exists():
-            return {}
+            return {"tenants": {}}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            tenants = data["tenants"]
+            if not isinstance(data["tenants"], dict):
+                raise TypeError("'tenants' is not an object")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InvalidInputError(f"cannot read the key file {self.path}: {exc}") from None
-        return {str(t): [str(h) for h in hs] for t, hs in tenants.items()}
+        return dict(data)
+
+    def _load(self) -> dict[str, list[str]]:
+        return {str(t): [str(h) for h in hs] for t, hs in self._data()["tenants"].items()}
+
+    def _save(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, self.path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Read-modify-write of the file by one process at a time (workers start together)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _refresh(self) -> None:
         stamp = self.path.stat().st_mtime if self.path.exists() else None
         if stamp != self._stamp:
-            self._by_hash = {h: t for t, hs in self._load().items() for h in hs}
+            data = self._data()
+            self._by_hash = {str(h): str(t) for t, hs in data["tenants"].items() for h in hs}
+            self._secret = str(data.get("link_secret") or "")
             self._stamp = stamp
+
+    def link_secret(self) -> bytes:
+        """The secret that signs the inspector's short-lived links: random, kept in the key file (so
+        every worker and every server sharing the file checks the same links), made on first use."""
+        self._refresh()
+        if not self._secret:
+            with self._locked():
+                data = self._data()
+                if not data.get("link_secret"):
+                    data["link_secret"] = secrets.token_urlsafe(32)
+                    self._save(data)
+            self._stamp = None
+            self._refresh()
+        return self._secret.encode("utf-8")
+
+    def sign_link(self, tenant: str, history: str, seconds: int) -> tuple[str, int]:
+        """A token that lets a browser open the inspector on ``tenant``'s ``history`` for ``seconds``:
+        ``(token, expiry as a Unix time)``. Signed, not stored; revoked with the secret."""
+        expires = int(time.time()) + seconds
+        payload = base64.urlsafe_b64encode(json.dumps([tenant, history, expires]).encode()).decode().rstrip("=")
+        return f"{payload}.{self._mac(payload)}", expires
+
+    def check_link(self, token: str, history: str) -> str | None:
+        """The tenant a link token names, when it is genuine, unexpired and for ``history``; else None."""
+        payload, _, mac = token.partition(".")
+        if not payload or not hmac.compare_digest(mac, self._mac(payload)):
+            return None
+        try:
+            tenant, named, expires = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except (ValueError, TypeError):
+            return None
+        if named != history or not isinstance(expires, int) or expires < time.time():
+            return None
+        return str(tenant) if tenant in self.tenants() else None
+
+    def _mac(self, payload: str) -> str:
+        return hmac.new(self.link_secret(), payload.encode("utf-8"), hashlib.sha256).hexdigest()
 
     def tenants(self) -> list[str]:
         self._refresh()
@@ -70,13 +140,9 @@ class KeyFile:
             raise InvalidInputError(
                 "a tenant name is 1-64 letters, digits, '_' or '-', starting with a letter or digit"
             )
-        tenants = self._load()
         key = "fm_" + secrets.token_urlsafe(32)
-        tenants.setdefault(tenant, []).append(key_hash(key))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"tenants": tenants}, f, indent=2)
-        os.replace(tmp, self.path)
+        with self._locked():
+            data = self._data()
+            data["tenants"].setdefault(tenant, []).append(key_hash(key))
+            self._save(data)
         return key
