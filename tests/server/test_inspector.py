@@ -25,7 +25,8 @@ def test_inspector_shows_budget_timeline_pieces_and_links(server: Server, tmp_pa
             if i == 7:
                 turns = [{"speaker": "Ana", "text": "The hotel refund goes to my Visa ending 4417."}]
             c.post("/v1/histories/diary/sessions", json={"turns": turns, "session_id": f"d{i}"})
-        link = c.post("/v1/histories/diary/inspect-link", json={"query": "Which card gets the hotel refund", "budget": 600})
+        asked = {"query": "Which card gets the hotel refund", "budget": 600}
+        link = c.post("/v1/histories/diary/inspect-link", json=asked)
         assert link.status_code == 200 and server.keys["acme"] not in link.text
     url = server.url + link.json()["url"]
     shot = tmp_path / "inspector.png"
