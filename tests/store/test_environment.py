@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
+from tests.faults.test_faults import report
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 
 @pytest.fixture()
@@ -119,7 +120,7 @@ def test_flipped_bytes_are_typed_errors_or_verify_problems(tmp_path: Path) -> No
         problems = fm.Memory(path, history="h", read_only=True).verify() if _opens(path) else ["cannot open"]
         outcomes["reported"] += bool(problems)
         path.unlink()
-    print("byte flips:", outcomes)  # the counts docs/RELIABILITY.md gives
+    report("byte flips", {"trials": 120, **outcomes})  # the counts docs/RELIABILITY.md gives
     assert outcomes["typed"] > 0 and outcomes["ok"] > 0 and outcomes["reported"] > 0, outcomes
 
 

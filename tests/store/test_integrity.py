@@ -99,6 +99,7 @@ def insert_rows(url: str, mark: str, rows: list[tuple[str, str, str]]) -> None:
     db.close()
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_store_written_before_v6_keeps_every_history_a_drop_does_not_name(backend: str, tmp_path: Path) -> None:
     if backend == "postgres" and not os.environ.get("FLEXAMEM_TEST_POSTGRES"):
@@ -126,6 +127,7 @@ def test_a_store_written_before_v6_keeps_every_history_a_drop_does_not_name(back
         store.close()
 
 
+@pytest.mark.faults
 def test_names_cannot_collide_and_a_drop_deletes_only_its_own(store_path: str, tenant: str) -> None:
     say = [{"speaker": "A", "text": "x"}]
     for name in (f"{tenant}/agent:diary", "agent:diary", f"agent:{tenant}"):
@@ -144,6 +146,7 @@ def test_names_cannot_collide_and_a_drop_deletes_only_its_own(store_path: str, t
     assert fm.Memory(store_path, history=tenant).notes() == []
 
 
+@pytest.mark.faults
 def test_verify_names_every_tampered_row_and_renders_refuse_it(store_path: str, tenant: str) -> None:
     mem = fm.Memory(store_path, history=tenant)
     sessions(mem, 40)

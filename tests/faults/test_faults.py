@@ -1,0 +1,337 @@
+"""The fault suite (``make faults``; part of ``make test``): real servers on this machine, hurt the ways
+production hurts them, under load, each bounded in time. Every test asserts that nothing acknowledged is
+lost or doubled and that every error a client sees is typed (a JSON body with a status the OpenAPI
+document lists), and reports its counts (``FLEXAMEM_FAULTS_REPORT=file`` collects them; the figures in
+docs/RELIABILITY.md come from there).
+
+- kill -9 of the whole server (master, workers, embedding processes) in the middle of client writes;
+- kill -9 of the servers' embedding processes, again and again, under the same load;
+- a PostgreSQL restart (its own throwaway cluster) under load: 503 with Retry-After, never a 500;
+- a full disk under the server's SQLite file (a 3 MB tmpfs): 507, reads go on.
+
+Byte flips in a store file and the drop of a history named like another's sessions are in
+``tests/store/test_environment.py`` and ``tests/store/test_integrity.py`` (also ``faults``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.conftest import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+pytest.importorskip("fastapi")
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWED = {400, 401, 404, 409, 413, 422, 500, 503, 507}
+
+
+def report(name: str, counts: dict[str, object]) -> None:
+    """Print the test's counts and add them to ``FLEXAMEM_FAULTS_REPORT`` (JSON lines)."""
+    line = json.dumps({"fault": name, **counts})
+    print(f"\nFAULTS {line}")
+    out = os.environ.get("FLEXAMEM_FAULTS_REPORT")
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class Server:
+    """``flexamem serve`` in its own process group (kill -9 takes the workers and embedders with it)."""
+
+    def __init__(self, db: str, keyfile: Path, log: Path, port: int | None = None) -> None:
+        self.db, self.keyfile, self.log = db, keyfile, log
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flexamem", "serve", "--db", self.db, "--keys", str(self.keyfile),
+                 "--port", str(self.port), "--workers", "2"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "FLEXAMEM_THREADS": "1"},
+            )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            time.sleep(0.2)
+        pytest.fail("the server did not start: " + self.log.read_text()[-2000:])
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def embedders(self) -> list[int]:
+        """The pids of the embedding processes: the workers' children (two levels below the server)."""
+        assert self.proc is not None
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        workers = {p for p, parent in parents.items() if parent == self.proc.pid}
+        return [p for p, parent in parents.items() if parent in workers]
+
+
+@dataclass
+class Load:
+    """Client threads writing sessions with their own ids (a retry of one already stored gets 409), each to
+    its own history, with renders between; every answer is counted by status."""
+
+    url: str
+    key: str
+    clients: int = 4
+    statuses: Counter[int] = field(default_factory=Counter)
+    acked: dict[str, list[str]] = field(default_factory=dict)
+    retry_after: int = 0
+    untyped: list[str] = field(default_factory=list)
+    connection_errors: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, k: int) -> None:
+        history, i = f"c{k}", 0
+        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30) as c:
+            while not self.stop.is_set():
+                sid = f"c{k}-{i}"
+                body = {"session_id": sid, "turns": [{"speaker": "A", "text": f"note {sid}: parcel {i} to depot {k}"}]}
+                while not self.stop.is_set():  # the same write until the server says it is stored
+                    status = self.call(c, "POST", f"/v1/histories/{history}/sessions", body)
+                    if status in (200, 409):  # 409: stored by an attempt whose answer was lost
+                        with self.lock:
+                            self.acked.setdefault(history, []).append(sid)
+                        break
+                    time.sleep(0.2)
+                if i % 3 == 0:
+                    self.call(c, "POST", f"/v1/histories/{history}/render", {"query": f"parcel {i}", "budget": 400})
+                i += 1
+
+    def call(self, c: httpx.Client, method: str, path: str, body: dict[str, object]) -> int:
+        try:
+            r = c.request(method, path, json=body)
+        except httpx.HTTPError:
+            with self.lock:
+                self.connection_errors += 1
+            time.sleep(0.2)
+            return 0
+        with self.lock:
+            self.statuses[r.status_code] += 1
+            if r.status_code == 503 and r.headers.get("retry-after"):
+                self.retry_after += 1
+            if r.status_code != 200:
+                try:
+                    typed = r.json()["error"]["type"]
+                except (ValueError, KeyError, TypeError):
+                    typed = None
+                if not typed or r.status_code not in ALLOWED:
+                    self.untyped.append(f"{r.status_code} {r.text[:200]}")
+        return r.status_code
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        threads = [threading.Thread(target=self.run, args=(k,), daemon=True) for k in range(self.clients)]
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join(timeout=60)
+
+    def wait_for_acks(self, count: int, seconds: float = 60) -> None:
+        """Until ``count`` more writes are acknowledged (or ``seconds`` pass)."""
+        start, deadline = self.total(), time.monotonic() + seconds
+        while self.total() < start + count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(len(v) for v in self.acked.values())
+
+    def check(self, url: str) -> tuple[int, int]:
+        """Every acknowledged write stored exactly once: (acknowledged, lost)."""
+        lost, total = 0, 0
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {self.key}"}, timeout=60) as c:
+            for history, sids in self.acked.items():
+                stored = [n["unit_id"] for n in c.get(f"/v1/histories/{history}/notes").json()]
+                assert len(stored) == len(set(stored)), f"doubled in {history}"
+                lost += len(set(sids) - set(stored))
+                total += len(sids)
+        return total, lost
+
+
+def keys(tmp_path: Path) -> tuple[Path, str]:
+    from flexamem.server.keys import KeyFile
+
+    keyfile = tmp_path / "keys.json"
+    return keyfile, KeyFile(keyfile).add_key("faults")
+
+
+@pytest.fixture()
+def sqlite_server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    keyfile, key = keys(tmp_path)
+    server = Server(str(tmp_path / "faults.db"), keyfile, tmp_path / "server.log")
+    server.start()
+    yield server, key
+    server.stop()
+
+
+KILLS = int(os.environ.get("FLEXAMEM_FAULT_KILLS", "5"))
+
+
+def test_kill_9_of_the_whole_server_mid_writes_loses_and_doubles_nothing(sqlite_server: tuple[Server, str]) -> None:
+    server, key = sqlite_server
+    rng = random.Random(29)
+    load = Load(server.url, key)
+    with load.running():
+        for _ in range(KILLS):
+            load.wait_for_acks(3)  # the restarted server is writing again
+            time.sleep(rng.uniform(0.0, 1.5))
+            server.kill()
+            time.sleep(rng.uniform(0.0, 0.5))
+            server.start()
+        time.sleep(1.0)
+    acked, lost = load.check(server.url)
+    report("server kill -9", {"kills": KILLS, "acknowledged": acked, "lost": lost, "statuses": dict(load.statuses),
+                              "connection_errors": load.connection_errors})  # fmt: skip
+    assert acked > 0 and lost == 0 and not load.untyped, load.untyped
+    assert load.statuses[500] == 0
+
+
+def test_kill_9_of_the_embedding_processes_under_load_loses_and_doubles_nothing(
+    sqlite_server: tuple[Server, str],
+) -> None:
+    server, key = sqlite_server
+    load, killed = Load(server.url, key), 0
+    with load.running():
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            time.sleep(0.7)
+            for pid in server.embedders():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+    acked, lost = load.check(server.url)
+    report("embedding process kill -9", {"kills": killed, "acknowledged": acked, "lost": lost,
+                                         "statuses": dict(load.statuses)})  # fmt: skip
+    assert killed > 0 and acked > 0 and lost == 0 and not load.untyped, load.untyped
+    assert set(load.statuses) <= {200, 409}, load.statuses  # a redone embedding is invisible to the client
+
+
+@pytest.fixture()
+def own_postgres(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A throwaway PostgreSQL cluster of this test's own (port and folder apart from the shared one), so
+    restarting it disturbs no other test."""
+    if not os.environ.get("FLEXAMEM_TEST_POSTGRES") and os.environ.get("FLEXAMEM_REQUIRE_POSTGRES") != "1":
+        pytest.skip("no PostgreSQL (make test starts one)")
+    folder = Path(tempfile.mkdtemp(prefix="flexamem-pg-faults-"))  # pytest's folders are closed to `postgres`
+    folder.chmod(0o755)
+    env = {**os.environ, "FLEXAMEM_PG_DIR": str(folder / "pg"), "FLEXAMEM_PG_PORT": str(free_port())}
+    script = str(ROOT / "scripts" / "start_postgres.sh")
+    done = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    try:
+        yield done.stdout.strip().splitlines()[-1], env
+    finally:
+        subprocess.run(["bash", script, "stop"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_postgresql_restart_under_load_is_503_with_retry_after_never_500(
+    own_postgres: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    url, env = own_postgres
+    keyfile, key = keys(tmp_path)
+    server = Server(url, keyfile, tmp_path / "server.log")
+    server.start()
+    pg_ctl = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))[-1]
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    restarts = 3
+    load = Load(server.url, key)
+    try:
+        with load.running():
+            for _ in range(restarts):
+                time.sleep(2.0)
+                subprocess.run([*as_pg, str(pg_ctl), "-D", env["FLEXAMEM_PG_DIR"], "-m", "immediate", "stop"],
+                               capture_output=True, timeout=60, check=True)  # fmt: skip
+                time.sleep(1.0)  # requests meanwhile meet a database that is gone
+                done = subprocess.run(["bash", str(ROOT / "scripts" / "start_postgres.sh")],
+                                      capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+                assert done.returncode == 0, done.stderr
+            time.sleep(2.0)
+        acked, lost = load.check(server.url)
+    finally:
+        server.stop()
+    report("PostgreSQL restart", {"restarts": restarts, "acknowledged": acked, "lost": lost,
+                                  "statuses": dict(load.statuses), "retry_after": load.retry_after})  # fmt: skip
+    assert acked > 0 and lost == 0 and not load.untyped, load.untyped
+    assert load.statuses[500] == 0 and load.statuses[503] > 0 and load.retry_after == load.statuses[503]
+
+
+def test_a_full_disk_under_the_server_is_507_and_reads_go_on(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], check=True)
+    keyfile, key = keys(tmp_path)
+    server = Server(str(disk / "full.db"), keyfile, tmp_path / "server.log")
+    server.start()
+    statuses: Counter[int] = Counter()
+    acked: list[str] = []
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+            for i in range(400):
+                body = {"session_id": f"s{i}", "turns": [{"speaker": "A", "text": f"parcel {i} " + "x" * 6000}]}
+                r = c.post("/v1/histories/full/sessions", json=body)
+                statuses[r.status_code] += 1
+                if r.status_code == 200:
+                    acked.append(f"s{i}")
+                elif statuses[507] >= 3:
+                    break
+            last = r.json()["error"]
+            notes = c.get("/v1/histories/full/notes")
+            render = c.post("/v1/histories/full/render", json={"query": "parcel 3", "budget": 500})
+    finally:
+        server.stop()
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    report("disk full", {"acknowledged": len(acked), "statuses": dict(statuses)})
+    assert statuses[507] >= 1 and last["type"] == "StoreFullError" and set(statuses) <= {200, 507}, statuses
+    assert notes.status_code == 200 and [n["unit_id"] for n in notes.json()] == acked
+    assert render.status_code == 200 and render.json()["tokens"] <= 500
