@@ -214,3 +214,21 @@ def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: Offlo
     worker.join(timeout=600)
     assert out and out[0].shape == (3000, default_embedder().dim) and offloaded.restarts == 1
     assert np.allclose(out[0][:3], default_embedder().embed(texts[:3]), atol=1e-5)
+
+
+def test_a_real_bug_stays_one_json_500_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug (an exception that is no FlexaMemError) answers 500 InternalError without its message, while a
+    store failure keeps its own type (tests/server/test_trust.py, tests/faults)."""
+    from flexamem.memory import Memory
+
+    client, _ = app_client(tmp_path, offload_writes=False)
+    assert client.post("/v1/histories/h/sessions", json={"turns": TURNS[:2]}).status_code == 200
+
+    def broken(self: Memory) -> None:
+        raise ZeroDivisionError("secret detail of a bug")
+
+    monkeypatch.setattr(Memory, "notes", broken)  # a bug put in on purpose: nothing real raises it
+    r = client.get("/v1/histories/h/notes")
+    assert r.status_code == 500 and r.json()["error"]["type"] == "InternalError" and "secret" not in r.text
+    monkeypatch.undo()
+    assert client.get("/v1/histories/h/notes").status_code == 200
