@@ -335,3 +335,37 @@ def test_a_full_disk_under_the_server_is_507_and_reads_go_on(tmp_path: Path) -> 
     assert statuses[507] >= 1 and last["type"] == "StoreFullError" and set(statuses) <= {200, 507}, statuses
     assert notes.status_code == 200 and [n["unit_id"] for n in notes.json()] == acked
     assert render.status_code == 200 and render.json()["tokens"] <= 500
+
+
+def test_an_embedding_process_whose_worker_dies_exits_too(tmp_path: Path) -> None:
+    """Killing a worker (or stopping a server that does not close its pools) must not leave its embedding
+    process behind holding a model's memory: it notices its parent is gone and exits within seconds."""
+    keyfile, key = keys(tmp_path)
+    server = Server(str(tmp_path / "orphans.db"), keyfile, tmp_path / "server.log")
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+            for i in range(6):  # writes reach both workers, each starting its embedding process
+                body = {"session_id": f"s{i}", "turns": [{"speaker": "A", "text": f"parcel {i}"}]}
+                assert c.post(f"/v1/histories/h{i}/sessions", json=body).status_code == 200
+        embedders = server.embedders()
+        assert embedders, "no embedding process started"
+        assert server.proc is not None
+        workers = {int(p) for p in Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()}
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in embedders):
+            time.sleep(0.2)
+        left = [p for p in embedders if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
+        report("orphaned embedding processes", {"embedders": len(embedders), "left_after_10s": len(left)})
+        assert not left
+    finally:
+        server.stop()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

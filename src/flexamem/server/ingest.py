@@ -16,6 +16,7 @@ import contextvars
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,10 +40,19 @@ def writing() -> Iterator[None]:
         _WRITING.reset(token)
 
 
-def _start(nice: int) -> None:  # in the embedding process
+def _start(nice: int, parent: int) -> None:  # in the embedding process
     with contextlib.suppress(OSError):
         os.nice(nice)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True, name="flexamem-orphan-watch").start()
     default_embedder()
+
+
+def _exit_with(parent: int) -> None:
+    """End the embedding process once its worker is gone (killed, or stopped without closing its pool):
+    an orphan would keep its model's memory for nothing."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _embed(texts: list[str]) -> np.ndarray:  # in the embedding process
@@ -69,7 +79,7 @@ class OffloadedEmbedder:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start,
-                    initargs=(self.nice,),
+                    initargs=(self.nice, os.getpid()),
                 )
             return self._pool
 
