@@ -86,3 +86,19 @@ def test_unknown_unit_and_settings_validation(mem: fm.Memory) -> None:
         fm.Settings(kappa=0)
     with pytest.raises(ValueError, match="lam"):
         fm.Settings(lam=1.0)
+
+
+def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> None:
+    question = "Which card should the hotel refund go to?"
+    for mode in ("auto", "pieces"):
+        hits = demo_mem.search(question, mode=mode, limit=4)
+        assert 1 <= len(hits) <= 4 and len({(h.seq, h.block) for h in hits}) == len(hits)
+        note = demo_mem.note(hits[0].unit_id)
+        assert hits[0].text == note.blocks[hits[0].block].text and hits[0].label == note.label
+        shown = demo_mem.render(question, budget=400, mode=mode)
+        assert hits[0].text.strip().splitlines()[0] in shown.text  # the best turn is what a small render shows
+    assert len(demo_mem.search(question, limit=1)) == 1
+    for bad in ({"mode": "units"}, {"limit": 0}, {"limit": True}):
+        with pytest.raises(fm.InvalidInputError):
+            demo_mem.search(question, **bad)  # type: ignore[arg-type]
+    assert fm.Memory(":memory:").search(question) == []

@@ -31,7 +31,7 @@ from flexamem.history import History
 from flexamem.names import reserved, session_history, session_prefix
 from flexamem.notes import Note, Turn, UnitDraft
 from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
-from flexamem.render.result import Rendering
+from flexamem.render.result import Hit, Rendering
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.text import clean_text, query_terms
@@ -366,32 +366,69 @@ class Memory:
         memory's search results rendered with fit-or-degrade (``mode="units"``; a plug-in).
         """
         options = check_mode(mode, options)
-        if not isinstance(query, str):
-            raise InvalidInputError(f"query must be a string (the question to render for), got {type(query).__name__}")
-        if not query.strip():
-            raise InvalidInputError("the query is empty")
-        query = clean_text(query, "query")
+        q = self._query(query, query_vector)
         prompt = clean_text(prompt, "prompt", allow_empty=True)
-        if query_vector is not None:
-            try:
-                query_vector = np.asarray(query_vector, dtype=np.float32)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"query_vector must be {self.embedder.dim} numbers: {exc}") from None
-            if query_vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(query_vector)):
-                raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
-        allowance = budget_allowance(budget, self.counter.count(prompt) + self.counter.count(query))
-        q = Query(
-            text=query,
-            terms=query_terms(query),
-            excerpt_terms=query_terms(query),
-            vector=(lambda: query_vector) if query_vector is not None else (lambda: self.core.query_vector(query)),
-        )
+        allowance = budget_allowance(budget, self.counter.count(prompt) + self.counter.count(q.text))
 
         def attempt() -> Rendering:  # under the history's lock, just caught up
             ordered = q if order is None else dataclasses.replace(q, order=self.core.positions(order))
             return self.renderer.render(ordered, allowance, mode, options)  # type: ignore[arg-type]
 
         return self.core.render(attempt)
+
+    def _query(self, query: object, query_vector: object) -> Query:
+        """A checked query (text and optional MiniLM vector) as renders and searches take it."""
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string (the question to render for), got {type(query).__name__}")
+        if not query.strip():
+            raise InvalidInputError("the query is empty")
+        text = clean_text(query, "query")
+        vector: np.ndarray | None = None
+        if query_vector is not None:
+            try:
+                vector = np.asarray(query_vector, dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"query_vector must be {self.embedder.dim} numbers: {exc}") from None
+            if vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(vector)):
+                raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
+        given = vector
+        return Query(
+            text=text,
+            terms=query_terms(text),
+            excerpt_terms=query_terms(text),
+            vector=(lambda: given) if given is not None else (lambda: self.core.query_vector(text)),
+        )
+
+    def search(
+        self, query: str, *, mode: str = "auto", limit: int = 10, query_vector: np.ndarray | None = None
+    ) -> list[Hit]:
+        """The turns a render in ``mode`` would recover first for ``query``, best first (at most
+        ``limit``), with no budget: what ``auto`` (its stemmed BM25 fused with piece vectors, whole
+        turns, neighbours) or piece recovery (``mode="pieces"``, BM25 over pieces) ranks highest. For
+        inspecting a memory and for retrieval measures (recall@k); no LLM, nothing written."""
+        if mode not in ("auto", "pieces"):
+            raise InvalidInputError(f"search ranks turns in mode 'auto' or 'pieces', not {mode!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a positive whole number, got {limit!r}")
+        q = self._query(query, query_vector)
+        with self.core.lock:
+            self.core.sync()
+            history, n = self.history, len(self.history)
+            room = int(history.raw_upto[n]) + 1 if n else 0
+            ranked, _ = self.renderer.ranked(q, room, n, mode)  # type: ignore[arg-type]
+            hits: list[Hit] = []
+            seen: set[tuple[int, int]] = set()
+            for doc in ranked:
+                note, piece = history.piece(doc)
+                key = (note.seq, piece.block)
+                if key in seen:
+                    continue
+                seen.add(key)
+                block = note.blocks[piece.block]
+                hits.append(Hit(note.seq, note.unit_id, piece.block, block.source_id, block.text))
+                if len(hits) == limit:
+                    break
+        return hits
 
     async def arender(self, query: str, budget: int, **kwargs: Any) -> Rendering:
         """The async twin of :meth:`render` (run in a worker thread: rendering is CPU work)."""

@@ -29,8 +29,8 @@ from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.records import RecordWriter
 from flexamem_bench.baselines.reader import BASELINE_METHODS
 from flexamem_bench.datasets import QAHistory, QAItem
-from flexamem_bench.measures import answer_contained, normalise
-from flexamem_bench.methods import METHODS, MethodContext, Output, writer_tokens
+from flexamem_bench.measures import RETRIEVAL, answer_contained, normalise, retrieval_measures
+from flexamem_bench.methods import METHODS, RANKINGS, MethodContext, Output, writer_tokens
 from flexamem_bench.reader import READER_PROMPT, LLMReader
 from flexamem_bench.stats import bootstrap_ci, holm, mcnemar_exact, paired_bootstrap_diff
 
@@ -152,6 +152,8 @@ def run(
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }
             turn_file = _kept_turns(ctx, keep)
+            session_of = {t["id"]: s.session_id for s in h.sessions for t in s.turns if "id" in t}
+            ranked: dict[tuple[str, str], dict[str, float]] = {}  # (item, method): budget-free measures
             for q, m, b in todo:
                 try:
                     start = time.perf_counter()
@@ -167,6 +169,12 @@ def run(
                         "latency_ms": latency,
                         "composition": output.composition,
                     }
+                    if m in RANKINGS:
+                        if (q.item_id, m) not in ranked:
+                            ranked[(q.item_id, m)] = retrieval_measures(
+                                RANKINGS[m](ctx, q.question), q.evidence, session_of
+                            )
+                        row.update(ranked[(q.item_id, m)])
                     if output.llm_tokens:
                         row["llm_tokens"] = output.llm_tokens
                     if reader is not None:
@@ -256,6 +264,7 @@ def summarise(
     of that measure's mean.
     """
     rows = load_rows(out)
+    measures = [*measures, *(name for name in RETRIEVAL if name not in measures and any(name in r for r in rows))]
     cells: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         cells[(r["method"], r["budget"])].append(r)
@@ -412,8 +421,9 @@ def markdown(
     value = {(r["method"], r["budget"], r["measure"]): r for r in results}
     lines = []
     present = {r["measure"] for r in results}
+    retrieval = [name for name in RETRIEVAL if name in present]
     for name in measures:
-        if name not in present:
+        if name not in present or name in retrieval:
             continue
         lines += [
             f"### {name}",
@@ -432,6 +442,20 @@ def markdown(
                 else:
                     cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if retrieval:  # budget-free: one row per method (the first budget's rows; every budget has the same)
+        short = [n.replace("recall_", "R_").replace("ndcg_any", "nDCG") for n in retrieval]
+        lines += [
+            "### retrieval (LongMemEval's measures of each method's turn ranking, no budget; %)",
+            "",
+            "| method | " + " | ".join(short) + " |",
+            "|---|" + "---:|" * len(retrieval),
+        ]
+        for m in methods:
+            found = [value.get((m, budgets[0], n)) for n in retrieval]
+            if any(found):
+                shown = [f"{100 * c['value']:.1f}" if c else "" for c in found]
+                lines.append(f"| {m} | " + " | ".join(shown) + " |")
         lines.append("")
     diffs = [c for c in comparisons if "difference" in c]
     if diffs:

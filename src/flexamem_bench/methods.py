@@ -82,6 +82,17 @@ class MethodContext:
             cached = self.extra["turns"] = (lines, np.stack(vectors), index)
         return cached  # type: ignore[return-value]
 
+    def turn_ids(self) -> list[str]:
+        """The id of each turn, in :meth:`turns`' order (the caller's turn id, else ``<unit>#<block>``)."""
+        cached = self.extra.get("turn_ids")
+        if cached is None:
+            cached = self.extra["turn_ids"] = [
+                block.source_id or f"{note.unit_id}#{b}"
+                for note in self.mem.history.notes
+                for b, block in enumerate(note.blocks)
+            ]
+        return cached  # type: ignore[return-value]
+
     def spans(self) -> list[np.ndarray]:
         """MiniLM vectors of each unit's 150-token spans (computed once per history)."""
         if self.span_vectors is None:
@@ -194,22 +205,62 @@ def score_ranks(scores: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def dense_turns(ctx: MethodContext, question: str, budget: int) -> Output:
-    """Baseline: turns by MiniLM cosine to the question."""
+def dense_order(ctx: MethodContext, question: str) -> list[int]:
+    """Turns by MiniLM cosine to the question (ties: earlier first)."""
     _, vectors, _ = ctx.turns()
     sims = vectors @ ctx.query_vector(question)
-    return _turn_lines(ctx, question, budget, [int(i) for i in np.lexsort((np.arange(len(sims)), -sims))])
+    return [int(i) for i in np.lexsort((np.arange(len(sims)), -sims))]
 
 
-def hybrid_turns(ctx: MethodContext, question: str, budget: int, k: int = 60) -> Output:
-    """Baseline: turns by reciprocal rank fusion (k=60) of BM25 and MiniLM cosine."""
+def hybrid_order(ctx: MethodContext, question: str, k: int = 60) -> list[int]:
+    """Turns by reciprocal rank fusion (k=60) of BM25 and MiniLM cosine."""
     _, vectors, index = ctx.turns()
     sims = vectors @ ctx.query_vector(question)
     bm = np.zeros(len(sims))
     docs, scores = index.search(query_terms(question))
     bm[docs] = scores
     fused = 1.0 / (k + score_ranks(sims)) + np.where(bm > 0, 1.0 / (k + score_ranks(bm)), 0.0)
-    return _turn_lines(ctx, question, budget, [int(i) for i in np.lexsort((np.arange(len(fused)), -fused))])
+    return [int(i) for i in np.lexsort((np.arange(len(fused)), -fused))]
+
+
+def dense_turns(ctx: MethodContext, question: str, budget: int) -> Output:
+    """Baseline: turns by MiniLM cosine to the question."""
+    return _turn_lines(ctx, question, budget, dense_order(ctx, question))
+
+
+def hybrid_turns(ctx: MethodContext, question: str, budget: int) -> Output:
+    """Baseline: turns by reciprocal rank fusion (k=60) of BM25 and MiniLM cosine."""
+    return _turn_lines(ctx, question, budget, hybrid_order(ctx, question))
+
+
+RANKED = 100  # turns a ranking lists for the retrieval measures (enough for 10 distinct sessions)
+
+
+def _searched(mode: str) -> Callable[[MethodContext, str], list[str]]:
+    def rank(ctx: MethodContext, question: str) -> list[str]:
+        hits = ctx.mem.search(question, mode=mode, limit=RANKED, query_vector=ctx.query_vector(question))
+        return [h.turn_id or f"{h.unit_id}#{h.block}" for h in hits]
+
+    return rank
+
+
+def _ordered(order: Callable[[MethodContext, str], list[int]]) -> Callable[[MethodContext, str], list[str]]:
+    def rank(ctx: MethodContext, question: str) -> list[str]:
+        ids = ctx.turn_ids()
+        return [ids[i] for i in order(ctx, question)[:RANKED]]
+
+    return rank
+
+
+# each method's turn ranking with no budget, for the benchmark's retrieval measures (methods that rank
+# turns; unit recovery and the baselines that show whole units have none)
+RANKINGS: dict[str, Callable[[MethodContext, str], list[str]]] = {
+    "auto": _searched("auto"),
+    "piece-recovery": _searched("pieces"),
+    "piece-retrieval": _searched("pieces"),
+    "dense-turns": _ordered(dense_order),
+    "hybrid-turns": _ordered(hybrid_order),
+}
 
 
 METHODS: dict[str, Method] = {

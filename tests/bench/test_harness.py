@@ -1,3 +1,4 @@
+import math
 import json
 from pathlib import Path
 
@@ -124,6 +125,9 @@ def test_cli_eval_longmemeval_fixture_writes_every_output(tmp_path: Path, capsys
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {r["method"] for r in rows} == {"piece-recovery", "piece-retrieval", "truncation"}
     assert all(set(r) == {"method", "budget", "measure", "value", "n", "ci_low", "ci_high"} for r in rows)
+    ranked = {r["method"] for r in rows if r["measure"] == "session_recall_any@5"}
+    assert ranked == {"piece-recovery", "piece-retrieval"}  # truncation ranks no turns
+    assert "### retrieval (LongMemEval's measures" in (tmp_path / "results.md").read_text()
 
 
 def test_locomo_categories_are_checked(tmp_path: Path) -> None:
@@ -171,3 +175,18 @@ def test_keep_stores_each_history_once_and_reruns_ingest_nothing(tmp_path: Path)
     other = fm.Settings(kappa=32)  # other settings: another file
     run([tiny_history()], ["auto"], [256], tmp_path / "d", progress=False, keep=keep, settings=other)
     assert len(list(keep.glob("*.db"))) == 2
+
+
+def test_retrieval_measures_follow_the_benchmarks_definitions() -> None:
+    from flexamem_bench.measures import ranking_measures, retrieval_measures
+
+    assert ranking_measures(["a", "b", "c"], {"b"}, 1) == (0.0, 0.0, 0.0)
+    any_, all_, ndcg = ranking_measures(["a", "b", "c"], {"b", "c"}, 2)
+    ideal = 1 + 1 / math.log2(3)
+    assert any_ == 1.0 and all_ == 0.0 and ndcg == pytest.approx((1 / math.log2(3)) / ideal)
+    assert ranking_measures(["b", "c"], {"b", "c"}, 5) == (1.0, 1.0, pytest.approx(1.0))
+    # session level: turns mapped to sessions, k counts distinct sessions
+    session_of = {"s1:0": "s1", "s1:1": "s1", "s1:2": "s1", "s2:0": "s2", "s3:0": "s3"}
+    out = retrieval_measures(["s1:0", "s1:1", "s1:2", "s3:0", "s2:0"], ["s2:0"], session_of)
+    assert out["turn_recall_any@5"] == 1.0 and out["session_recall_any@5"] == 1.0
+    assert out["session_ndcg_any@5"] == pytest.approx(1 / math.log2(4))  # s2 is the third session

@@ -350,35 +350,7 @@ class Renderer:
         entries, hidden = hide_oldest(entries, keep)
         room = allowance - total_tokens(entries) - (1 if entries else 0)
         header = self.counter.count(fmt.PIECES_HEADER)
-        scores: np.ndarray | None = None
-        if auto:
-            alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
-            bm, cos = hybrid_parts(
-                self.history,
-                stemmed(query.terms) if options.stemming else query.terms,
-                query.vector,
-                n,
-                dense=alpha < 1,
-                stemmed=options.stemming,
-                piece_vectors=options.piece_vectors,
-                identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
-                code=s.agent_auto_code if agent and options.code_terms else 0.0,
-                code_terms=query.code,
-            )
-            scores = fuse(bm, cos, alpha)
-            per_turn = None
-            if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
-                per_turn = turn_scores(self.history, bm, cos, alpha=alpha, spread=s.auto_alpha_spread)
-            ranked = hybrid_ranking(
-                self.history,
-                scores,
-                room,
-                neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
-                whole_turns=options.whole_turns and not agent,
-                group_scores=per_turn,
-            )
-        else:
-            ranked = ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n)
+        ranked, scores = self.ranked(query, room, n, mode, options)
         atomic = auto and not agent and options.whole_turns and options.atomic_turns
         chosen = (
             select_pieces(self.history, ranked, room, self.counter, header, whole_turns=atomic, scores=scores)
@@ -422,6 +394,43 @@ class Renderer:
             parts,
             timeline_spans=spans,
         )
+
+    def ranked(
+        self, query: Query, room: int, n: int, mode: Mode, options: RenderOptions = RenderOptions()
+    ) -> tuple[list[int], np.ndarray | None]:
+        """The pieces of notes ``0..n-1`` (BM25 doc ids) in the order a ``mode`` render takes them, cut
+        once they hold well over ``room`` tokens, and ``auto``'s fused score per piece (None for piece
+        recovery's BM25 order). What the render shows and what :meth:`Memory.search` lists."""
+        s = self.settings
+        if mode != "auto":
+            return ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n), None
+        agent = query.agent
+        alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
+        bm, cos = hybrid_parts(
+            self.history,
+            stemmed(query.terms) if options.stemming else query.terms,
+            query.vector,
+            n,
+            dense=alpha < 1,
+            stemmed=options.stemming,
+            piece_vectors=options.piece_vectors,
+            identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
+            code=s.agent_auto_code if agent and options.code_terms else 0.0,
+            code_terms=query.code,
+        )
+        scores = fuse(bm, cos, alpha)
+        per_turn = None
+        if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
+            per_turn = turn_scores(self.history, bm, cos, alpha=alpha, spread=s.auto_alpha_spread)
+        ranked = hybrid_ranking(
+            self.history,
+            scores,
+            room,
+            neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
+            whole_turns=options.whole_turns and not agent,
+            group_scores=per_turn,
+        )
+        return ranked, scores
 
     # -- shared ------------------------------------------------------------------------------------
     def _cut(self, text: str, allowance: int) -> tuple[str, int]:

@@ -35,6 +35,23 @@ class UnitView:
 
 
 @dataclass(frozen=True)
+class Hit:
+    """One turn (a block of a unit: a conversation turn, an agent action or output) as a search ranks
+    it: its unit (``seq``, ``unit_id``), the block's index in the unit, the caller's turn id when
+    there is one, and its text, verbatim."""
+
+    seq: int
+    unit_id: str
+    block: int
+    turn_id: str | None
+    text: str
+
+    @property
+    def label(self) -> str:
+        return unit_label(self.seq)
+
+
+@dataclass(frozen=True)
 class Rendering:
     """A rendered memory. ``tokens`` is the exact o200k count of ``text``, always ``<= allowance``.
 
