@@ -1,5 +1,5 @@
-import math
 import json
+import math
 from pathlib import Path
 
 import pytest
