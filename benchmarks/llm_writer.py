@@ -23,7 +23,7 @@ from flexamem.llm.local import LocalServer, local_model_path
 from flexamem.write.units import cut_session, parse_turns
 from flexamem_bench.conversation_data import default_path
 from flexamem_bench.datasets import locomo_histories
-from flexamem_bench.harness import _context, _turn_pieces, measure
+from flexamem_bench.harness import measure, open_context, turn_pieces
 from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
 
@@ -32,7 +32,7 @@ METHOD_NAMES = ("piece-recovery", "unit-recovery")
 
 
 def evidence(ctx, history) -> dict[tuple[str, int], float]:  # type: ignore[no-untyped-def]
-    turns, pieces = history.turn_texts(), _turn_pieces(ctx.mem)
+    turns, pieces = history.turn_texts(), turn_pieces(ctx.mem)
     out = {}
     for m in METHOD_NAMES:
         for b in BUDGETS:
@@ -94,7 +94,7 @@ def main() -> None:
         if args.speed_only:
             return
         start = time.perf_counter()
-        ctx = _context(history, None, fm.LLMWriter(llm, concurrency=1))
+        ctx = open_context(history, None, fm.LLMWriter(llm, concurrency=1))
         built = time.perf_counter() - start
         llm_figures = evidence(ctx, history)  # renders write the merged records the questions need
         usage = ctx.mem.llm_usage()
@@ -106,7 +106,7 @@ def main() -> None:
             f"{usage['prompt_tokens'] + usage['completion_tokens']:,} LLM tokens ({usage['prompt_tokens']:,} prompt + "
             f"{usage['completion_tokens']:,} completion) in {usage['calls']} calls {by_purpose}; {flagged} flagged"
         )
-    rule_figures = evidence(_context(history, None), history)
+    rule_figures = evidence(open_context(history, None), history)
     print(f"3. evidence turns shown verbatim, {len(history.questions)} questions (LLM records / rule records):")
     for m in METHOD_NAMES:
         cells = "  ".join(f"{b}: {llm_figures[(m, b)]:.1f} / {rule_figures[(m, b)]:.1f}" for b in BUDGETS)

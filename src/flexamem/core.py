@@ -112,6 +112,13 @@ class HistoryCore:
                 self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
             return self._renderer
 
+    def use_settings(self, settings: Settings) -> None:
+        """Render and write with ``settings`` from the next call on (the view is kept; the renderer,
+        which holds the settings and the timeline's cache, is built again when next used)."""
+        with self.lock:
+            self.settings = settings
+            self._renderer = None
+
     def render(self, attempt: Callable[[], Rendering], *, locked: bool = True) -> Rendering:
         """Run ``attempt`` (a render of this view; under the lock, after a catch-up, when ``locked``)
         by :meth:`with_merges`; the rendering counts the merged records written for it."""

@@ -112,9 +112,9 @@ class Memory:
                 raise InvalidInputError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(read_only, bool):
             raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
-        self.settings = settings or Settings()
+        settings = settings or Settings()
         self.counter: TokenCounter = counter()
-        self.writer: RecordWriter = writer or RuleWriter(self.settings.record_words, self.settings.merged_words)
+        self.writer: RecordWriter = writer or RuleWriter(settings.record_words, settings.merged_words)
         if store is None:
             if not isinstance(path, str | Path) or isinstance(path, bool):
                 raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
@@ -128,9 +128,22 @@ class Memory:
                 f"history {self.history_id!r}: a history name may not start with 'agent:' or hold '/agent:' "
                 "(agent sessions are stored under such names: use mem.agent(session_id=...))"
             )
-        self.core = HistoryCore(self.store, self.history_id, self.settings, self.writer, self.counter, embedder)
+        self.core = HistoryCore(self.store, self.history_id, settings, self.writer, self.counter, embedder)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        """Writing and rendering settings. Assigning new ones takes effect at the next call: rendering
+        settings for every render from then on, writing settings (``kappa``, piece vectors, unit sizes)
+        for notes written from then on (stored notes are write-once). The history is not reloaded."""
+        return self.core.settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        if not isinstance(value, Settings):
+            raise InvalidInputError(f"settings must be a Settings, got {type(value).__name__}")
+        self.core.use_settings(value)
+
     @property
     def embedder(self) -> Embedder:
         return self.core.embedder

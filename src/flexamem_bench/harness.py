@@ -130,7 +130,7 @@ def run(
             if not todo:
                 continue
             try:
-                ctx = _context(h, settings, writer, keep)
+                ctx = open_context(h, settings, writer, keep)
                 if baseline_model is not None:
                     ctx.extra["baseline_model"] = baseline_model
             except FlexaMemError as exc:
@@ -139,7 +139,7 @@ def run(
                     bar.step(len(todo))
                 continue
             turns = h.turn_texts()
-            pieces = _turn_pieces(ctx.mem)
+            pieces = turn_pieces(ctx.mem)
             vectors = dict(
                 zip(
                     [q.question for q in h.questions],
@@ -194,9 +194,12 @@ def run(
     return rows_path
 
 
-def _context(
+def open_context(
     h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None, keep: Path | None = None
 ) -> MethodContext:
+    """The history's memory, ready for the methods: ingested now, or opened from ``keep`` when an earlier
+    run stored it under the same settings and writer (``Memory.settings`` may then be changed for
+    render-time settings without storing it again)."""
     base = settings or Settings()
     s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
     path = _kept_path(h, s, writer, keep)
@@ -235,7 +238,8 @@ def _kept_turns(ctx: MethodContext, keep: Path | None) -> Path | None:
     return path
 
 
-def _turn_pieces(mem: Memory) -> dict[str, list[str]]:
+def turn_pieces(mem: Memory) -> dict[str, list[str]]:
+    """The text of each turn's pieces, by turn id (what ``evidence_partial`` looks for)."""
     out: dict[str, list[str]] = defaultdict(list)
     for note in mem.history.notes:
         for p in note.pieces:
@@ -487,4 +491,14 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["MEASURES", "Progress", "load_rows", "measure", "normalise", "run", "summarise"]
+__all__ = [
+    "MEASURES",
+    "Progress",
+    "load_rows",
+    "measure",
+    "normalise",
+    "open_context",
+    "run",
+    "summarise",
+    "turn_pieces",
+]
