@@ -102,3 +102,19 @@ def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> 
         with pytest.raises(fm.InvalidInputError):
             demo_mem.search(question, **bad)  # type: ignore[arg-type]
     assert fm.Memory(":memory:").search(question) == []
+
+
+def test_settings_assigned_apply_from_the_next_call() -> None:
+    mem = fm.Memory(":memory:")
+    for i in range(30):
+        mem.add_session([{"speaker": "Ana", "text": f"Day {i}: parcel {i} went to depot {i % 5}. " * 3}], session_id=f"d{i}")
+    before = mem.render("parcel 7", budget=1500)
+    mem.settings = fm.Settings(auto_rho=0.25, rho=0.5)  # a rendering setting: the timeline keeps more room
+    after = mem.render("parcel 7", budget=1500)
+    small, large = (r.composition.get("records", 0) + r.composition.get("merged", 0) for r in (before, after))
+    assert large > small and after.tokens <= after.allowance
+    mem.settings = fm.Settings(kappa=16)  # a writing setting: notes written from now on
+    mem.add_session([{"speaker": "Ana", "text": "a long line about the weather and the sea " * 10}], session_id="new")
+    assert max(p.tokens for p in mem.note("new").pieces) <= 16 < max(p.tokens for p in mem.note("d0").pieces)
+    with pytest.raises(fm.InvalidInputError):
+        mem.settings = {"kappa": 16}  # type: ignore[assignment]
