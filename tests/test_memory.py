@@ -107,7 +107,9 @@ def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> 
 def test_settings_assigned_apply_from_the_next_call() -> None:
     mem = fm.Memory(":memory:")
     for i in range(30):
-        mem.add_session([{"speaker": "Ana", "text": f"Day {i}: parcel {i} went to depot {i % 5}. " * 3}], session_id=f"d{i}")
+        mem.add_session(
+            [{"speaker": "Ana", "text": f"Day {i}: parcel {i} went to depot {i % 5}. " * 3}], session_id=f"d{i}"
+        )
     before = mem.render("parcel 7", budget=1500)
     mem.settings = fm.Settings(auto_rho=0.25, rho=0.5)  # a rendering setting: the timeline keeps more room
     after = mem.render("parcel 7", budget=1500)
