@@ -1,0 +1,203 @@
+"""Out-of-fold calibration of ``auto``'s settings (issue 30): is each default one that holds on questions
+it was not chosen on?
+
+Data: the development files only: LoCoMo dev (4 conversations, 581 questions; 2k / 4k / 8k) and
+LongMemEval ``_s`` dev + dev2 (120 questions; 4k / 8k / 16k / 32k). Folds: ``--folds`` (4) folds, each
+one LoCoMo conversation plus a quarter of the LongMemEval questions dealt out by question type (so each
+fold holds every type). Measure: ``evidence_verbatim`` per question (the harness's own), averaged over
+a data set's budgets; the objective gives the two data sets equal weight.
+
+For every setting (each varied alone around the defaults, as docs/CALIBRATION.md did) and every fold:
+the value that scores best on the other folds is chosen, then scored on the held fold. The report puts
+side by side the in-fold figure (the value chosen on all folds, scored on all of them: what tuning on
+the dev files shows) and the out-of-fold figure (every question scored by the value chosen without it:
+what carries to unseen questions), each against the default's. Render settings only, so every history
+is stored once (``--stores``, kept between runs) and rendered under each value.
+
+    python scripts/crossfold.py --data ../shared/data --stores results/stores --out results/crossfold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import flexamem as fm
+from flexamem.render.renderer import AUTO_ABLATIONS
+from flexamem_bench.datasets import QAHistory, locomo_histories, longmemeval_histories
+from flexamem_bench.harness import measure, open_context, turn_pieces
+from flexamem_bench.methods import METHODS
+from flexamem_bench.reader import READER_PROMPT
+
+BUDGETS = {"locomo": (2048, 4096, 8192), "longmemeval": (4096, 8192, 16384, 32768)}
+GRID: dict[str, list[Any]] = {
+    "auto_alpha": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "auto_alpha_spread": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
+    "auto_neighbour": [0.0, 0.3, 0.5, 0.7],
+    "auto_rho": [0.02, 0.05, 0.1],
+}
+VARIANTS = tuple(AUTO_ABLATIONS)  # auto and each of its switches turned off, as the harness's methods
+
+Scores = dict[tuple[str, int], float]  # (item, budget) -> evidence_verbatim
+
+
+def histories(data: Path) -> dict[str, list[QAHistory]]:
+    lme = data / "longmemeval"
+    return {
+        "locomo": locomo_histories(data / "locomo" / "locomo-dev.json"),
+        "longmemeval": [
+            h for f in ("longmemeval-s-dev.json", "longmemeval-s-dev2.json") for h in longmemeval_histories(lme / f)
+        ],
+    }
+
+
+def folds(sets: dict[str, list[QAHistory]], k: int) -> dict[str, int]:
+    """item -> fold: a LoCoMo conversation per fold; LongMemEval questions dealt by type."""
+    out: dict[str, int] = {}
+    for i, h in enumerate(sets["locomo"]):
+        for q in h.questions:
+            out[q.item_id] = i % k
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for h in sets["longmemeval"]:
+        for q in h.questions:
+            by_type[str(q.category)].append(q.item_id)
+    dealt = 0
+    for kind in sorted(by_type):
+        for item in sorted(by_type[kind]):
+            out[item] = dealt % k
+            dealt += 1
+    return out
+
+
+def score_all(sets: dict[str, list[QAHistory]], stores: Path) -> dict[str, dict[str, Scores]]:
+    """setting=value -> data set -> scores, for every value of the grid and every variant."""
+    results: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(dict))
+    for name, hs in sets.items():
+        for n, h in enumerate(hs):
+            start = time.perf_counter()
+            ctx = open_context(h, None, keep=stores)
+            base = ctx.mem.settings
+            turns, pieces = h.turn_texts(), turn_pieces(ctx.mem)
+            questions = [q.question for q in h.questions]
+            ctx.query_vectors.update(zip(questions, ctx.mem.embedder.embed(questions), strict=True))
+            prompt = {q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question)
+                      for q in h.questions}  # fmt: skip
+            runs: list[tuple[str, fm.Settings, str]] = [(v, base, v) for v in VARIANTS]
+            runs += [(f"{s}={v}", dataclasses.replace(base, **{s: v}), "auto") for s, vs in GRID.items() for v in vs]
+            for key, settings, method in runs:
+                ctx.mem.settings = settings
+                for q in h.questions:
+                    for b in BUDGETS[name]:
+                        out = METHODS[method](ctx, q.question, b)
+                        row = measure(out, q, turns, pieces, prompt[q.item_id], b)
+                        assert row["within_budget"], (key, q.item_id, b)
+                        results[key][name][(q.item_id, b)] = row["evidence_verbatim"]
+            ctx.mem.settings = base
+            ctx.mem.close()
+            print(f"{name} {n + 1}/{len(hs)} {h.history_id}: {time.perf_counter() - start:.1f} s", flush=True)
+    return results
+
+
+def objective(scores: dict[str, Scores], items: set[str]) -> float:
+    """Equal weight per data set: each the mean over its budgets of the mean over the given questions."""
+    parts = []
+    for name, s in scores.items():
+        for b in BUDGETS[name]:
+            vals = [v for (i, bb), v in s.items() if bb == b and i in items]
+            if vals:
+                parts.append((name, sum(vals) / len(vals)))
+    per_set: dict[str, list[float]] = defaultdict(list)
+    for name, v in parts:
+        per_set[name].append(v)
+    return sum(sum(v) / len(v) for v in per_set.values()) / len(per_set)
+
+
+def figures(scores: dict[str, Scores], items: set[str]) -> dict[str, list[float]]:
+    """Per data set, the mean evidence_verbatim at each budget over the given questions (%)."""
+    out = {}
+    for name, s in scores.items():
+        out[name] = [
+            round(100 * sum(v for (i, bb), v in s.items() if bb == b and i in items)
+                  / max(1, sum(1 for (i, bb) in s if bb == b and i in items)), 1)
+            for b in BUDGETS[name]
+        ]  # fmt: skip
+    return out
+
+
+def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k: int) -> list[dict[str, Any]]:
+    defaults = fm.Settings()
+    settings: dict[str, list[str]] = {"variant": list(VARIANTS)}
+    for s, vs in GRID.items():
+        settings[s] = [f"{s}={v}" for v in vs]
+    everyone = set(fold_of)
+    report = []
+    for setting, keys in settings.items():
+        default = "auto" if setting == "variant" else f"{setting}={getattr(defaults, setting)}"
+        in_fold = max(keys, key=lambda key: objective(results[key], everyone))
+        chosen, held_scores = [], {name: {} for name in BUDGETS}  # type: ignore[var-annotated]
+        for f in range(k):
+            train = {i for i, g in fold_of.items() if g != f}
+            held = {i for i, g in fold_of.items() if g == f}
+            pick = max(keys, key=lambda key: objective(results[key], train))
+            chosen.append(pick)
+            for name in BUDGETS:
+                held_scores[name].update({ib: v for ib, v in results[pick][name].items() if ib[0] in held})
+        report.append(
+            {
+                "setting": setting,
+                "default": default,
+                "chosen_in_fold": in_fold,
+                "chosen_per_fold": chosen,
+                "default_score": objective(results[default], everyone),
+                "in_fold_score": objective(results[in_fold], everyone),
+                "out_of_fold_score": objective(held_scores, everyone),
+                "default_figures": figures(results[default], everyone),
+                "in_fold_figures": figures(results[in_fold], everyone),
+                "out_of_fold_figures": figures(held_scores, everyone),
+            }
+        )
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="../shared/data", help="the shared data folder")
+    parser.add_argument("--stores", default="results/stores", help="kept stores (one ingest per history)")
+    parser.add_argument("--out", default="results/crossfold.json")
+    parser.add_argument("--folds", type=int, default=4)
+    parser.add_argument("--scores", help="a scores file written by an earlier run: only the fold analysis")
+    args = parser.parse_args(argv)
+    sets = histories(Path(args.data))
+    fold_of = folds(sets, args.folds)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scores_path = Path(args.scores) if args.scores else out.with_suffix(".scores.json")
+    if args.scores:
+        raw = json.loads(scores_path.read_text())
+        results = {key: {name: {(i, int(b)): v for i, b, v in rows} for name, rows in by.items()}
+                   for key, by in raw.items()}  # fmt: skip
+    else:
+        results = score_all(sets, Path(args.stores))
+        flat = {key: {name: [[i, b, v] for (i, b), v in s.items()] for name, s in by.items()}
+                for key, by in results.items()}  # fmt: skip
+        scores_path.write_text(json.dumps(flat))
+    report = crossfold(results, fold_of, args.folds)
+    out.write_text(json.dumps(report, indent=1))
+    print("| setting | default | chosen in fold | chosen per fold | default | in fold | out of fold |")
+    print("|---|---|---|---|---:|---:|---:|")
+    for r in report:
+        per_fold = ", ".join(c.split("=")[-1] for c in r["chosen_per_fold"])
+        scores = " | ".join(f"{100 * r[k]:.2f}" for k in ("default_score", "in_fold_score", "out_of_fold_score"))
+        print(f"| {r['setting']} | {r['default'].split('=')[-1]} | {r['chosen_in_fold'].split('=')[-1]} "
+              f"| {per_fold} | {scores} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
