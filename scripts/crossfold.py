@@ -51,8 +51,8 @@ def histories(data: Path) -> dict[str, list[QAHistory]]:
     lme = data / "longmemeval"
     return {
         "locomo": locomo_histories(data / "locomo" / "locomo-dev.json"),
-        "longmemeval": [
-            h for f in ("longmemeval-s-dev.json", "longmemeval-s-dev2.json") for h in longmemeval_histories(lme / f)
+        "longmemeval": [  # dev2 first: a concurrent `flexamem eval --keep` of dev may still be storing dev
+            h for f in ("longmemeval-s-dev2.json", "longmemeval-s-dev.json") for h in longmemeval_histories(lme / f)
         ],
     }
 
