@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rank = {t: i for i, t in enumerate(ranked) if t}
                 cut = max((rank.get(t, -1) for t in shown), default=-1)
                 base = mem.settings
-                mem.settings = dataclasses.replace(base, auto_neighbour=0.0)
+                mem.settings = dataclasses.replace(base, auto_neighbour=1e-9)  # neighbours off (must be > 0)
                 plain_rank = {t: i for i, h_ in enumerate(mem.search(q.question, limit=2000, query_vector=vector))
                               for t in [h_.turn_id] if t}  # fmt: skip
                 mem.settings = base
