@@ -201,3 +201,17 @@ def test_sessions_lists_only_this_historys_agents(tmp_path: Path) -> None:
     fm.Memory(path).agent(task="t", budget=900, session_id="d1")
     assert sorted(alice.sessions()) == ["a1", "a2"] and bob.sessions() == ["b1"]
     assert fm.Memory(path).sessions() == ["d1"]
+
+
+def test_a_session_whose_timeline_names_an_unstored_merged_record_resumes(tmp_path: Path) -> None:
+    """A full disk can keep a merged record in memory only while the session's timeline state still
+    lands (it is smaller): resuming then shows those units' records instead of failing."""
+    path = tmp_path / "t.db"
+    agent = fm.Memory(path).agent(task="find the crate", budget=700, session_id="s")
+    for i in range(30):
+        agent.step(action=f"open crate {i}", observation=f"crate {i} holds item {i} " * 20)
+    hid = agent.core.history_id
+    agent.core.store.set_state(hid, "timeline", [[0, 3, 1]], epoch=agent.core.epoch)  # no such merged record
+    again = fm.Memory(path).agent(session_id="s")
+    ctx = again.context()
+    assert ctx.tokens <= ctx.ceiling and not ctx.pass_through

@@ -159,7 +159,10 @@ class Timeline:
                 continue
             if self._stored is None:
                 self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
-            stored = self._stored[(first, last, level)]
+            stored = self._stored.get((first, last, level))
+            if stored is None:  # its merged record was never stored (a full disk kept it in memory only):
+                entries += [self.record(i) for i in range(first, last + 1)]  # its records; merged again when fit
+                continue
             notes = self.history.notes
             line = fmt.merged_line(notes[first], notes[last], stored.text)
             entry = self._merged.setdefault(
