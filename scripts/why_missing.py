@@ -39,13 +39,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--stores", default="results/stores")
     parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--files", default="longmemeval-s-dev.json,longmemeval-s-dev2.json")
     args = parser.parse_args(argv)
     lme = Path(args.data) / "longmemeval"
     causes: Counter[str] = Counter()
     by_type: Counter[tuple[str, str]] = Counter()
     spent: Counter[str] = Counter()
     questions = missed_questions = 0
-    for f in ("longmemeval-s-dev.json", "longmemeval-s-dev2.json"):
+    for f in args.files.split(","):
         for h in longmemeval_histories(lme / f):
             ctx = open_context(h, None, keep=Path(args.stores))
             mem = ctx.mem
