@@ -34,6 +34,12 @@ NO_POSTGRES = pytest.mark.skipif(
 )
 
 
+ROOT_REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_ROOT") == "1"  # CI runs as root: a small tmpfs must be mountable
+NEEDS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0 and not ROOT_REQUIRED, reason="mounting a small tmpfs needs root (CI runs as root)"
+)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=NO_POSTGRES)])
 def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a contract test's memories live: a SQLite file, or the test PostgreSQL database."""

@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import NEEDS_ROOT, NO_POSTGRES
 from tests.server.conftest import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -258,8 +259,6 @@ def test_kill_9_of_the_embedding_processes_under_load_loses_and_doubles_nothing(
 def own_postgres(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A throwaway PostgreSQL cluster of this test's own (port and folder apart from the shared one), so
     restarting it disturbs no other test."""
-    if not os.environ.get("FLEXAMEM_TEST_POSTGRES") and os.environ.get("FLEXAMEM_REQUIRE_POSTGRES") != "1":
-        pytest.skip("no PostgreSQL (make test starts one)")
     folder = Path(tempfile.mkdtemp(prefix="flexamem-pg-faults-"))  # pytest's folders are closed to `postgres`
     folder.chmod(0o755)
     env = {**os.environ, "FLEXAMEM_PG_DIR": str(folder / "pg"), "FLEXAMEM_PG_PORT": str(free_port())}
@@ -273,6 +272,7 @@ def own_postgres(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@NO_POSTGRES
 def test_a_postgresql_restart_under_load_is_503_with_retry_after_never_500(
     own_postgres: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -304,9 +304,8 @@ def test_a_postgresql_restart_under_load_is_503_with_retry_after_never_500(
     assert load.statuses[500] == 0 and load.statuses[503] > 0 and load.retry_after == load.statuses[503]
 
 
+@NEEDS_ROOT
 def test_a_full_disk_under_the_server_is_507_and_reads_go_on(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
     disk = tmp_path / "disk"
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], check=True)

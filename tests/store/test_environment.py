@@ -5,7 +5,6 @@ acknowledged is lost."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import uuid
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
+from tests.conftest import NEEDS_ROOT
 from tests.faults.test_faults import report
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -22,9 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 3 MB tmpfs, mounted for the test (skipped when not root; CI runs as root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+    """A 3 MB tmpfs, mounted for the test (its tests are marked NEEDS_ROOT; CI runs as root)."""
     where = tmp_path / "disk"
     where.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)], capture_output=True)
@@ -40,6 +38,7 @@ def session(i: int) -> list[dict[str, str]]:
     return [{"speaker": "Ana", "text": f"Session {i}: parcel {i} went to depot {i % 7}. " + uuid.uuid4().hex * 40}]
 
 
+@NEEDS_ROOT
 def test_a_full_disk_is_a_typed_error_and_reads_go_on(small_disk: Path) -> None:
     path = small_disk / "full.db"
     ballast = small_disk / "ballast"
@@ -74,6 +73,7 @@ def test_a_full_disk_is_a_typed_error_and_reads_go_on(small_disk: Path) -> None:
     assert [n.unit_id for n in fm.Memory(path, history="h").notes()] == [*acknowledged, "after"]
 
 
+@NEEDS_ROOT
 def test_a_file_system_gone_read_only_is_a_typed_error(small_disk: Path) -> None:
     path = small_disk / "ro.db"
     with fm.Memory(path) as mem:

@@ -16,6 +16,7 @@ import pytest
 import flexamem as fm
 from flexamem.store.schema import MIGRATIONS
 from flexamem.store.sqlite import _split_sql
+from tests.conftest import NO_POSTGRES
 
 from .test_contract import raw_sql, sessions
 
@@ -64,9 +65,7 @@ def v5_store(kind: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
         return
     import psycopg
 
-    url = os.environ.get("FLEXAMEM_TEST_POSTGRES")
-    if not url:
-        pytest.skip("no PostgreSQL test server")
+    url = os.environ["FLEXAMEM_TEST_POSTGRES"]  # the postgres case is marked NO_POSTGRES
     name = f"v5_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
@@ -100,12 +99,8 @@ def insert_rows(url: str, mark: str, rows: list[tuple[str, str, str]]) -> None:
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=NO_POSTGRES)])
 def test_a_store_written_before_v6_keeps_every_history_a_drop_does_not_name(backend: str, tmp_path: Path) -> None:
-    if backend == "postgres" and not os.environ.get("FLEXAMEM_TEST_POSTGRES"):
-        if os.environ.get("FLEXAMEM_REQUIRE_POSTGRES") == "1":
-            pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set")
-        pytest.skip("no PostgreSQL test server")
     with v5_store(backend, tmp_path) as (url, mark):
         meta = '{"task": "t", "budget": 900}'
         insert_rows(url, mark, [(h, kind, meta if kind == "agent" else "{}") for h, kind, _ in LEGACY])
