@@ -104,30 +104,24 @@ def score_all(sets: dict[str, list[QAHistory]], stores: Path) -> dict[str, dict[
     return results
 
 
+def means(scores: dict[str, Scores], items: set[str]) -> dict[str, list[float]]:
+    """Per data set, the mean evidence_verbatim at each of its budgets over the given questions."""
+    out = {}
+    for name, s in scores.items():
+        per_budget = [[v for (i, bb), v in s.items() if bb == b and i in items] for b in BUDGETS[name]]
+        out[name] = [sum(v) / len(v) if v else 0.0 for v in per_budget]
+    return out
+
+
 def objective(scores: dict[str, Scores], items: set[str]) -> float:
     """Equal weight per data set: each the mean over its budgets of the mean over the given questions."""
-    parts = []
-    for name, s in scores.items():
-        for b in BUDGETS[name]:
-            vals = [v for (i, bb), v in s.items() if bb == b and i in items]
-            if vals:
-                parts.append((name, sum(vals) / len(vals)))
-    per_set: dict[str, list[float]] = defaultdict(list)
-    for name, v in parts:
-        per_set[name].append(v)
-    return sum(sum(v) / len(v) for v in per_set.values()) / len(per_set)
+    per_set = [sum(m) / len(m) for m in means(scores, items).values()]
+    return sum(per_set) / len(per_set)
 
 
 def figures(scores: dict[str, Scores], items: set[str]) -> dict[str, list[float]]:
-    """Per data set, the mean evidence_verbatim at each budget over the given questions (%)."""
-    out = {}
-    for name, s in scores.items():
-        out[name] = [
-            round(100 * sum(v for (i, bb), v in s.items() if bb == b and i in items)
-                  / max(1, sum(1 for (i, bb) in s if bb == b and i in items)), 1)
-            for b in BUDGETS[name]
-        ]  # fmt: skip
-    return out
+    """:func:`means` in %, rounded for the report."""
+    return {name: [round(100 * v, 1) for v in m] for name, m in means(scores, items).items()}
 
 
 def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k: int) -> list[dict[str, Any]]:

@@ -301,7 +301,7 @@ class Memory:
         chained over the notes before), its merged records, and its agent sessions' steps and task. The
         problems found (each names the row), or ``[]``. Write-once is enforced by triggers; this detects
         a change made past them (a dropped trigger, a flipped byte), unless every later digest was
-        recomputed too. A render or context that meets such a row refuses with :class:`StoreError`."""
+        recomputed too. A render or context that meets such a row refuses with :class:`StoreCorruptError`."""
         problems = self.store.verify(self.history_id)
         for hid in self.store.sessions(self.history_id):
             problems += self.store.verify(hid)
@@ -404,11 +404,11 @@ class Memory:
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} numbers: {exc}") from None
             if vector.shape != (self.embedder.dim,) or not np.all(np.isfinite(vector)):
                 raise InvalidInputError(f"query_vector must be {self.embedder.dim} finite numbers")
-        given = vector
+        given, terms = vector, query_terms(text)  # ``given``: the narrowed type the lambda needs
         return Query(
             text=text,
-            terms=query_terms(text),
-            excerpt_terms=query_terms(text),
+            terms=terms,
+            excerpt_terms=terms,
             vector=(lambda: given) if given is not None else (lambda: self.core.query_vector(text)),
         )
 

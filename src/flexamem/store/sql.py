@@ -119,15 +119,19 @@ class SQLStore:
         raise ConcurrentWriteError(f"history {history!r} was dropped each time it was created: try again")
 
     def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
-        rows = self._read(
-            "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
-        )
+        rows = self._history_rows(history)
         if not rows:
             return None
         problem = self._history_problem(history, rows[0])
         if problem:
             raise StoreCorruptError(f"{problem} (Memory.verify() lists every damaged row)")
         return str(rows[0][0]), dict(json.loads(rows[0][1]))
+
+    def _history_rows(self, history: str) -> list[Any]:
+        """The history's row as its digest covers it (kind, meta, epoch, parent, digest)."""
+        return self._read(
+            "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
+        )
 
     @staticmethod
     def _history_problem(history: str, row: Sequence[Any]) -> str | None:
@@ -397,9 +401,7 @@ class SQLStore:
         return problems
 
     def _verify_row(self, history: str) -> list[str]:
-        rows = self._read(
-            "SELECT kind, meta, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?", (history,)
-        )
+        rows = self._history_rows(history)
         problem = self._history_problem(history, rows[0]) if rows else None
         return [problem] if problem else []
 
