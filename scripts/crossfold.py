@@ -31,7 +31,7 @@ from typing import Any
 import flexamem as fm
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem_bench.datasets import QAHistory, locomo_histories, longmemeval_histories
-from flexamem_bench.harness import measure, open_context, turn_pieces
+from flexamem_bench.harness import close_context, measure, open_context, turn_pieces
 from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
 
@@ -41,6 +41,7 @@ GRID: dict[str, list[Any]] = {
     "auto_alpha_spread": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
     "auto_neighbour": [0.3, 0.5, 0.7],  # off: the variant auto-no-neighbours
     "auto_rho": [0.02, 0.05, 0.1],
+    "auto_long_turn": [0.15, 0.25, 0.35, 0.5, 1.0],
 }
 VARIANTS = tuple(AUTO_ABLATIONS)  # auto and each of its switches turned off, as the harness's methods
 
@@ -75,8 +76,10 @@ def folds(sets: dict[str, list[QAHistory]], k: int) -> dict[str, int]:
     return out
 
 
-def score_all(sets: dict[str, list[QAHistory]], stores: Path) -> dict[str, dict[str, Scores]]:
-    """setting=value -> data set -> scores, for every value of the grid and every variant."""
+def score_all(
+    sets: dict[str, list[QAHistory]], stores: Path, grid: dict[str, list[Any]], variants: Sequence[str]
+) -> dict[str, dict[str, Scores]]:
+    """setting=value -> data set -> scores, for every value of ``grid`` and every variant."""
     results: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(dict))
     for name, hs in sets.items():
         for n, h in enumerate(hs):
@@ -88,8 +91,8 @@ def score_all(sets: dict[str, list[QAHistory]], stores: Path) -> dict[str, dict[
             ctx.query_vectors.update(zip(questions, ctx.mem.embedder.embed(questions), strict=True))
             prompt = {q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question)
                       for q in h.questions}  # fmt: skip
-            runs: list[tuple[str, fm.Settings, str]] = [(v, base, v) for v in VARIANTS]
-            runs += [(f"{s}={v}", dataclasses.replace(base, **{s: v}), "auto") for s, vs in GRID.items() for v in vs]
+            runs: list[tuple[str, fm.Settings, str]] = [(v, base, v) for v in variants]
+            runs += [(f"{s}={v}", dataclasses.replace(base, **{s: v}), "auto") for s, vs in grid.items() for v in vs]
             for key, settings, method in runs:
                 ctx.mem.settings = settings
                 for q in h.questions:
@@ -99,7 +102,7 @@ def score_all(sets: dict[str, list[QAHistory]], stores: Path) -> dict[str, dict[
                         assert row["within_budget"], (key, q.item_id, b)
                         results[key][name][(q.item_id, b)] = row["evidence_verbatim"]
             ctx.mem.settings = base
-            ctx.mem.close()
+            close_context(ctx)
             print(f"{name} {n + 1}/{len(hs)} {h.history_id}: {time.perf_counter() - start:.1f} s", flush=True)
     return results
 
@@ -129,6 +132,7 @@ def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k:
     settings: dict[str, list[str]] = {"variant": list(VARIANTS)}
     for s, vs in GRID.items():
         settings[s] = [f"{s}={v}" for v in vs]
+    settings = {s: keys for s, keys in settings.items() if all(key in results for key in keys)}  # those scored
     everyone = set(fold_of)
     report = []
     for setting, keys in settings.items():
@@ -159,6 +163,11 @@ def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k:
     return report
 
 
+def unflatten(raw: dict[str, dict[str, list[list[Any]]]]) -> dict[str, dict[str, Scores]]:
+    """Scores as a scores file holds them (``[item, budget, value]`` rows) back into dictionaries."""
+    return {key: {name: {(i, int(b)): v for i, b, v in rows} for name, rows in by.items()} for key, by in raw.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="../shared/data", help="the shared data folder")
@@ -166,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="results/crossfold.json")
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--scores", help="a scores file written by an earlier run: only the fold analysis")
+    parser.add_argument(
+        "--settings",
+        help="score only these settings (comma-separated; and auto itself), adding them to the saved scores",
+    )
     args = parser.parse_args(argv)
     sets = histories(Path(args.data))
     fold_of = folds(sets, args.folds)
@@ -173,11 +186,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     scores_path = Path(args.scores) if args.scores else out.with_suffix(".scores.json")
     if args.scores:
-        raw = json.loads(scores_path.read_text())
-        results = {key: {name: {(i, int(b)): v for i, b, v in rows} for name, rows in by.items()}
-                   for key, by in raw.items()}  # fmt: skip
+        results = unflatten(json.loads(scores_path.read_text()))
     else:
-        results = score_all(sets, Path(args.stores))
+        grid, variants = GRID, VARIANTS
+        if args.settings:
+            wanted = args.settings.split(",")
+            unknown = sorted(set(wanted) - set(GRID))
+            if unknown:
+                parser.error(f"no grid for {', '.join(unknown)} (there: {', '.join(GRID)})")
+            grid, variants = {s: GRID[s] for s in wanted}, ("auto",)
+        results = score_all(sets, Path(args.stores), grid, variants)
+        if args.settings and scores_path.exists():  # the other settings' scores from the earlier run stay
+            results = {**unflatten(json.loads(scores_path.read_text())), **results}
         flat = {key: {name: [[i, b, v] for (i, b), v in s.items()] for name, s in by.items()}
                 for key, by in results.items()}  # fmt: skip
         scores_path.write_text(json.dumps(flat))

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import flexamem as fm
+from flexamem.render.result import UnitView
 from flexamem_bench.datasets import longmemeval_histories
-from flexamem_bench.harness import open_context
+from flexamem_bench.harness import close_context, open_context
 from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
 
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         size = sum(p.tokens for p in note.pieces if p.block == b)
                         spent["long turns"] += size if size > LONG else 0
                 spent["evidence sessions"] += len({t.rsplit(":", 1)[0] for t in q.evidence})
-            mem.close()
+            close_context(ctx)
     print(f"{questions} questions at {args.budget}; {missed_questions} miss an evidence turn a turn retrieval shows")
     print("| cause | turns |\n|---|---:|")
     for cause, n in causes.most_common():
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _turns_of(mem: fm.Memory, view: fm.UnitView) -> set[str]:
+def _turns_of(mem: fm.Memory, view: UnitView) -> set[str]:
     """Turn ids with at least one piece shown in a unit view."""
     note = mem.history.notes[view.seq]
     return {sid for i in view.pieces if (sid := note.pieces[i].source_id)}

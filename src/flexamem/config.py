@@ -20,6 +20,21 @@ _MAY_BE_ZERO = frozenset({"agent_auto_identifiers", "agent_auto_code"})
 T = TypeVar("T")
 
 
+# the settings that shape what is written for a unit (pieces, records, links, vectors, merged records);
+# the others only change how a render reads the store
+WRITE_SETTINGS = (
+    "kappa",
+    "max_unit_tokens",
+    "one_unit_per_session",
+    "agent_unit_tokens",
+    "links",
+    "record_words",
+    "merged_words",
+    "piece_vectors",
+    "piece_vector_limit",
+)
+
+
 @dataclass(frozen=True)
 class Settings:
     kappa: int = 128
@@ -87,6 +102,11 @@ class Settings:
     timeline is longer, it keeps up to ``rho`` (every unit still covered) before the oldest entries are
     hidden. Pieces get the rest."""
 
+    auto_long_turn: float = 0.5
+    """``auto`` for readers: a turn is shown whole or not at all, except one longer than this share of
+    the pieces' room, whose best pieces are taken one by one (a long turn taken whole could crowd out
+    every other)."""
+
     agent_auto_alpha: float = 1.0
     """``auto`` in agent sessions: the BM25 weight (1.0: BM25 alone; a sentence embedding of tool
     output blurs the ids, codes and numbers an agent's next call needs, docs/EVALUATION_AGENTS.md).
@@ -134,8 +154,8 @@ class Settings:
             raise InvalidInputError("setting kappa must be at least 4 tokens (one character can take 4)")
         if not self.lam < 1:
             raise InvalidInputError("setting lam (lambda) must be below 1")
-        if not (self.rho <= 1 and self.agent_trace_share <= 1):
-            raise InvalidInputError("settings rho and agent_trace_share must be at most 1")
+        if not (self.rho <= 1 and self.agent_trace_share <= 1 and self.auto_long_turn <= 1):
+            raise InvalidInputError("settings rho, agent_trace_share and auto_long_turn must be at most 1")
         if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
             raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
-from flexamem.config import Settings
+from flexamem.config import WRITE_SETTINGS, Settings
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
@@ -151,7 +151,6 @@ def run(
             prompt_tokens = {
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }
-            turn_file = _kept_turns(ctx, keep)
             session_of = {t["id"]: s.session_id for s in h.sessions for t in s.turns if "id" in t}
             ranked: dict[tuple[str, str], dict[str, float]] = {}  # (item, method): budget-free measures
             for q, m, b in todo:
@@ -188,9 +187,7 @@ def run(
                 if bar:
                     bar.step()
             rows.flush()
-            if turn_file is not None and "turns" in ctx.extra and not turn_file.exists():
-                np.save(turn_file, ctx.turns()[1])
-            ctx.mem.close()
+            close_context(ctx)
     return rows_path
 
 
@@ -198,8 +195,8 @@ def open_context(
     h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None, keep: Path | None = None
 ) -> MethodContext:
     """The history's memory, ready for the methods: ingested now, or opened from ``keep`` when an earlier
-    run stored it under the same settings and writer (``Memory.settings`` may then be changed for
-    render-time settings without storing it again)."""
+    run stored it under the same write-time settings (``WRITE_SETTINGS``) and record writer (any other
+    setting may differ: ``Memory.settings`` can be changed for render-time settings)."""
     base = settings or Settings()
     s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
     path = _kept_path(h, s, writer, keep)
@@ -215,7 +212,19 @@ def open_context(
             path.with_suffix(".done").write_text(str(len(mem)))
     ctx = MethodContext(mem, READER_PROMPT)
     ctx.extra["writer_tokens"] = writer_tokens(mem)  # the LLM record writer's bill (0 with the rule writer)
+    turn_file = _turns_path(ctx)
+    if turn_file is not None and turn_file.exists():
+        ctx.extra["turn_vectors"] = np.load(turn_file)  # the turn baselines' vectors, from an earlier run
     return ctx
+
+
+def close_context(ctx: MethodContext) -> None:
+    """Close the history's memory; a kept history also keeps the turn baselines' vectors computed for it
+    (the next run of any harness or script loads them in :func:`open_context`)."""
+    turn_file = _turns_path(ctx)
+    if turn_file is not None and "turns" in ctx.extra and not turn_file.exists():
+        np.save(turn_file, ctx.turns()[1])
+    ctx.mem.close()
 
 
 def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Path | None) -> Path | None:
@@ -223,19 +232,18 @@ def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Pat
     if keep is None:
         return None
     keep.mkdir(parents=True, exist_ok=True)
-    key = json.dumps([h.history_id, sorted(s.__dict__.items()), type(writer).__name__ if writer else "rule"])
+    stored = sorted((name, getattr(s, name)) for name in WRITE_SETTINGS)  # render-time settings share a store
+    key = json.dumps([h.history_id, stored, type(writer).__name__ if writer else "rule"])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return keep / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', h.history_id)[:80]}-{digest}.db"
 
 
-def _kept_turns(ctx: MethodContext, keep: Path | None) -> Path | None:
-    """The turn baselines' vectors of a kept history: loaded into ``ctx`` when an earlier run saved them."""
-    if keep is None or not isinstance(ctx.mem.store, SQLiteStore):
+def _turns_path(ctx: MethodContext) -> Path | None:
+    """Where a kept history's turn vectors live (beside its store; None for a history in memory)."""
+    store = ctx.mem.store
+    if not isinstance(store, SQLiteStore) or store.path == ":memory:":
         return None
-    path = Path(ctx.mem.store.path).with_suffix(".turns.npy")
-    if path.exists():
-        ctx.extra["turn_vectors"] = np.load(path)
-    return path
+    return Path(store.path).with_suffix(".turns.npy")
 
 
 def turn_pieces(mem: Memory) -> dict[str, list[str]]:
@@ -494,6 +502,7 @@ def markdown(
 __all__ = [
     "MEASURES",
     "Progress",
+    "close_context",
     "load_rows",
     "measure",
     "normalise",

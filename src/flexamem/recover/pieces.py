@@ -97,6 +97,7 @@ def select_pieces(
     *,
     whole_turns: bool = False,
     scores: np.ndarray | None = None,
+    long_turn: float = 0.5,
 ) -> dict[int, list[int]]:
     """Take pieces in rank order while they fit ``room``: {seq: [piece indexes]}.
 
@@ -107,8 +108,8 @@ def select_pieces(
 
     ``whole_turns`` (``auto`` for readers): ``ranked`` comes as runs of consecutive pieces of one turn
     (:func:`~flexamem.recover.hybrid.hybrid_ranking`), and a turn is taken whole or not at all, so the
-    reader gets the evidence turns entire; a turn longer than half the room could crowd out every
-    other, so its pieces are taken one by one, best ``scores`` first. The section is then rendered with
+    reader gets the evidence turns entire; a turn longer than ``long_turn`` of the room could crowd out
+    every other, so its pieces are taken one by one, best ``scores`` first. The section is then rendered with
     runs joined (:func:`pieces_section` ``join=True``): a piece following a chosen one costs no label.
     """
     mark = counter.count(fmt.OMITTED) + 1
@@ -150,7 +151,7 @@ def select_pieces(
         if room - used < 4:
             break
         size = sum(floor[d] for d in turn)
-        if size > (room - header_tokens) // 2:  # too long to take whole: its best pieces, one by one
+        if size > long_turn * (room - header_tokens):  # too long to take whole: its best pieces, one by one
             for doc in sorted(turn, key=lambda d: -float(scores[d])) if scores is not None else turn:
                 take(doc)
             continue

@@ -353,7 +353,16 @@ class Renderer:
         ranked, scores = self.ranked(query, room, n, mode, options)
         atomic = auto and not agent and options.whole_turns and options.atomic_turns
         chosen = (
-            select_pieces(self.history, ranked, room, self.counter, header, whole_turns=atomic, scores=scores)
+            select_pieces(
+                self.history,
+                ranked,
+                room,
+                self.counter,
+                header,
+                whole_turns=atomic,
+                scores=scores,
+                long_turn=s.auto_long_turn,
+            )
             if room > header
             else {}
         )
