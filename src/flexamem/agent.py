@@ -149,7 +149,8 @@ class AgentSession:
                 raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
             task = clean_text(task, "task")
             budget = check_budget(budget)
-            core.store.ensure_history(hid, "agent", {"task": task, "system": system, "budget": budget}, parent=parent)
+            meta = {"task": task, "system": system, "budget": budget, "embedder": core.embedder.name}
+            core.store.ensure_history(hid, "agent", meta, parent=parent)
         elif existing != "agent":
             raise InvalidInputError(f"{hid!r} is not an agent session")
         session = cls(core, sid)

@@ -41,7 +41,7 @@ from flexamem.render.timeline import MergeNeeded, Timeline
 from flexamem.store.base import StepRow, Store
 from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
-from flexamem.write.default_embed import default_embedder
+from flexamem.write.default_embed import FP32, default_embedder
 from flexamem.write.embed import Embedder
 from flexamem.write.records import AsyncRecordWriter, RecordWriter
 from flexamem.write.writer import NoteWriter
@@ -51,6 +51,9 @@ T = TypeVar("T")
 WRITE_ATTEMPTS = 200  # a writer that keeps losing races gives up (with ConcurrentWriteError) after this many
 
 Relabel = Callable[[History], Sequence[UnitDraft]]
+
+
+_UNCHECKED = object()
 
 
 class HistoryCore:
@@ -71,6 +74,7 @@ class HistoryCore:
         self.writer = writer
         self.counter = counter
         self._embedder = embedder
+        self._embedder_epoch: object = _UNCHECKED  # the epoch (None: no history) whose embedder was checked
         self.lock = threading.RLock()
         self.epoch: str | None = None  # the stored history's epoch as last read (None: no history seen)
         self.pinned = False  # an agent session's core: a dropped history raises instead of starting afresh
@@ -82,10 +86,36 @@ class HistoryCore:
     # -- the view --------------------------------------------------------------------------------------
     @property
     def embedder(self) -> Embedder:
+        """The history's embedder: the one it was written with (recorded in its row), else the one given,
+        else the default. A given embedder other than the recorded one is refused."""
         with self.lock:
             if self._embedder is None:
-                self._embedder = default_embedder()
+                epoch = self.epoch
+                self._embedder = default_embedder(self.recorded_embedder())
+                self._embedder_epoch = epoch
+            else:
+                self.check_embedder()
             return self._embedder
+
+    def recorded_embedder(self) -> str | None:
+        """The name of the embedder the stored history was written with (None: no history yet; a
+        history written before names were recorded has the only default there was then)."""
+        found = self.store.history_meta(self.history_id)
+        return None if found is None else str(found[1].get("embedder", FP32))
+
+    def check_embedder(self) -> None:
+        """Refuse to write or query with vectors of another model than the stored history's (checked
+        once per stored history this view sees)."""
+        if self._embedder is None or self._embedder_epoch == self.epoch:
+            return
+        epoch = self.epoch
+        recorded = self.recorded_embedder()
+        if recorded is not None and recorded != self._embedder.name:
+            raise InvalidInputError(
+                f"history {self.history_id!r} was written with the embedder {recorded!r}, not "
+                f"{self._embedder.name!r}: its vectors would be compared with another model's"
+            )
+        self._embedder_epoch = epoch
 
     @property
     def history(self) -> History:
@@ -274,9 +304,19 @@ class HistoryCore:
                     prepared, len(history), history.embeddings, previous
                 )
                 epoch, create = (self.epoch, False) if self.epoch is not None else (new_epoch(), True)
+                if not create:
+                    self.check_embedder()  # another process may have started the history meanwhile
                 try:
                     self.store.append_notes(
-                        self.history_id, notes, links, calls, steps=steps, state=state, epoch=epoch, create=create
+                        self.history_id,
+                        notes,
+                        links,
+                        calls,
+                        steps=steps,
+                        state=state,
+                        epoch=epoch,
+                        create=create,
+                        meta={"embedder": self.embedder.name},
                     )
                 except ConcurrentWriteError:
                     if not retry:

@@ -86,7 +86,9 @@ class Memory:
         history: which history of the store this object reads and writes (a store can hold many).
         settings: writing and rendering settings; defaults are documented in :class:`Settings`.
         writer: writes records and fields; the offline :class:`RuleWriter` by default.
-        embedder: sentence embeddings; all-MiniLM-L6-v2 (numpy) by default.
+        embedder: sentence embeddings; by default all-MiniLM-L6-v2 (``FLEXAMEM_EMBEDDER``), or, for a
+            stored history, the one it was written with (recorded in the store); a given embedder other
+            than a history's recorded one is refused (:class:`InvalidInputError`).
         store: a ready store instance (overrides ``path``).
         read_only: open the file read-only; any write raises :class:`ReadOnlyStoreError`.
     """
@@ -129,6 +131,7 @@ class Memory:
                 "(agent sessions are stored under such names: use mem.agent(session_id=...))"
             )
         self.core = HistoryCore(self.store, self.history_id, settings, self.writer, self.counter, embedder)
+        self._given_embedder = embedder  # None: each history (and agent session) takes its recorded one
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -464,7 +467,7 @@ class Memory:
         from flexamem.agent import AgentSession
 
         def factory(history_id: str) -> HistoryCore:
-            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self.core.embedder)
+            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self._given_embedder)
 
         return AgentSession.open(
             factory, self.history_id, task=task, budget=budget, system=system, session_id=session_id

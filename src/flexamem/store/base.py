@@ -96,9 +96,10 @@ class Store(Protocol):
         state: Mapping[str, Any] | None = None,
         epoch: str | None = None,
         create: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Add notes, their links, the model calls that wrote them, agent steps and session state in
-        one transaction. A duplicate unit id raises :class:`DuplicateUnitError`; a sequence number or
+        one transaction (``meta``: the history row's, when these notes create it). A duplicate unit id raises :class:`DuplicateUnitError`; a sequence number or
         step number another writer took first raises :class:`ConcurrentWriteError`; either adds nothing.
         ``epoch``: the history must still have the epoch the writer read (else
         :class:`HistoryDroppedError`), or, with ``create``, the writer saw no history and it is created

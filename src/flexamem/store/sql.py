@@ -45,10 +45,10 @@ def new_epoch() -> str:
 
 
 def history_row(
-    history: str, kind: str, meta: dict[str, Any] | None, epoch: str, parent: str | None
+    history: str, kind: str, meta: Mapping[str, Any] | None, epoch: str, parent: str | None
 ) -> tuple[Any, ...]:
     """A new ``histories`` row (``HISTORY_COLUMNS``), its digest included."""
-    text = json.dumps(meta or {})
+    text = json.dumps(dict(meta or {}))
     return (history, kind, text, time.time(), epoch, parent, history_digest(history, kind, text, epoch, parent))
 
 
@@ -193,7 +193,9 @@ class SQLStore:
                 self._run(conn, "DELETE FROM dropping WHERE history_id = ?", (hid,))
         return bool(ids)
 
-    def _check_epoch(self, conn: Any, history: str, epoch: str, create: bool, kind: str | None) -> None:
+    def _check_epoch(
+        self, conn: Any, history: str, epoch: str, create: bool, kind: str | None, meta: Mapping[str, Any] | None
+    ) -> None:
         """Inside a write: the history must still be the one the writer read (``epoch``), or, with
         ``create`` (the writer saw no history), be created now with that epoch. A history dropped since
         raises :class:`HistoryDroppedError`, one another writer created first :class:`ConcurrentWriteError`
@@ -204,7 +206,7 @@ class SQLStore:
         if row is None:
             if not create or kind is None:
                 raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
-            self._run(conn, NEW_HISTORY, history_row(history, kind, None, epoch, None))
+            self._run(conn, NEW_HISTORY, history_row(history, kind, meta, epoch, None))
             row = self._run(conn, head, (history,)).fetchone()
         if row[1] != epoch:
             if create:
@@ -225,15 +227,16 @@ class SQLStore:
         state: Mapping[str, Any] | None = None,
         epoch: str | None = None,
         create: bool = False,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Notes with their pieces, vectors and links, model calls, steps and state: one transaction."""
         now = time.time()
         with self._write() as conn:
             kind = notes[0].kind if notes else None
             if epoch is not None:
-                self._check_epoch(conn, history, epoch, create, kind)
+                self._check_epoch(conn, history, epoch, create, kind, meta)
             elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
-                self._run(conn, NEW_HISTORY, history_row(history, kind, None, new_epoch(), None))
+                self._run(conn, NEW_HISTORY, history_row(history, kind, meta, new_epoch(), None))
                 stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
                 if stored != kind:
                     raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
@@ -287,7 +290,7 @@ class SQLStore:
         only while the history is still the one the caller read (else :class:`HistoryDroppedError`)."""
         with self._write() as conn:
             if epoch is not None:
-                self._check_epoch(conn, history, epoch, False, None)
+                self._check_epoch(conn, history, epoch, False, None, None)
             self._insert_calls(conn, history, calls)
             last = self._run(
                 conn, "SELECT digest FROM notes WHERE history_id = ? AND seq = ?", (history, merged.last)

@@ -10,34 +10,55 @@ from flexamem.errors import ModelUnavailableError
 from flexamem.write.embed import Embedder, MiniLMEmbedder
 
 _lock = threading.Lock()
-_SHARED: list[Embedder] = []
+_SHARED: dict[str, Embedder] = {}
+CHOICES = ("auto", "onnx", "onnx-int8", "numpy")
+FP32, INT8 = "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"  # the names the default embedders record
 
 
-def _shared() -> Embedder:
-    """Built once per process, even when many threads ask first at once (each would load the weights)."""
-    if _SHARED:
-        return _SHARED[0]
+def _shared(choice: str) -> Embedder:
+    """Built once per process and choice, even when many threads ask first at once (each would load
+    the weights)."""
+    found = _SHARED.get(choice)
+    if found is not None:
+        return found
     with _lock:
-        if not _SHARED:
-            _SHARED.append(_build())
-        return _SHARED[0]
+        if choice not in _SHARED:
+            _SHARED[choice] = _build(choice)
+        return _SHARED[choice]
 
 
-def _build() -> Embedder:
-    choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
-    if choice in ("auto", "onnx"):
+def _build(choice: str) -> Embedder:
+    if choice not in CHOICES:
+        raise ModelUnavailableError(f"FLEXAMEM_EMBEDDER must be one of {', '.join(CHOICES)}, not {choice!r}")
+    if choice != "numpy":
         try:
             from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
 
-            return OnnxMiniLMEmbedder()
+            return OnnxMiniLMEmbedder(precision="int8" if choice == "onnx-int8" else "fp32")
         except ImportError:
-            if choice == "onnx":
-                raise ModelUnavailableError("FLEXAMEM_EMBEDDER=onnx needs: pip install 'flexamem[onnx]'") from None
+            if choice != "auto":
+                raise ModelUnavailableError(f"FLEXAMEM_EMBEDDER={choice} needs: pip install 'flexamem[onnx]'") from None
     return MiniLMEmbedder()
 
 
-def default_embedder() -> Embedder:
+def default_embedder(recorded: str | None = None) -> Embedder:
     """The process-wide MiniLM embedder (weights loaded once): onnxruntime when the ``onnx`` extra is
     installed (ingest 1.3-2.2x faster, the same vectors to ~1e-6), else the numpy forward pass.
-    ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one."""
-    return _shared()
+    ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one; ``onnx-int8`` runs the same graph with int8
+    weights (:mod:`flexamem.write.quantize`).
+
+    ``recorded``: the embedder a history was written with (its name): that one, whatever the default
+    (vectors of two models are never compared); :class:`ModelUnavailableError` for a name this library
+    does not make (a custom embedder must be passed to the Memory again)."""
+    choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
+    if recorded is None:
+        return _shared(choice)
+    if recorded not in (FP32, INT8):
+        raise ModelUnavailableError(
+            f"this history was written with the embedder {recorded!r}: pass it to Memory(embedder=...)"
+        )
+    if _shared(choice).name == recorded:
+        return _shared(choice)
+    if recorded == INT8:
+        return _shared("onnx-int8")
+    return _shared("auto" if choice == "onnx-int8" else choice)

@@ -1,0 +1,102 @@
+"""Each history keeps the embedder it was written with: recorded in its row, used again when the
+default changes, and a different one refused (vectors of two models are never compared)."""
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flexamem as fm
+from flexamem.write.default_embed import default_embedder
+from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+SESSION = [
+    {"role": "user", "content": "I booked the Lisbon hotel, reference HX-4471, for the pottery week."},
+    {"role": "assistant", "content": "Noted: Lisbon, HX-4471."},
+]
+
+
+def recorded(path: Path, history: str) -> object:
+    with sqlite3.connect(path) as db:
+        return json.loads(db.execute("SELECT meta FROM histories WHERE id = ?", (history,)).fetchone()[0]).get(
+            "embedder"
+        )
+
+
+@pytest.fixture(scope="module")
+def int8(tmp_path_factory: pytest.TempPathFactory) -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder(threads=1, precision="int8")
+
+
+def test_a_history_records_its_embedder_and_keeps_it_when_the_default_changes(
+    tmp_path: Path, int8: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "m.db"
+    with fm.Memory(db, history="old") as mem:
+        mem.add_session(SESSION)
+        fp32_name = mem.embedder.name
+    assert recorded(db, "old") == fp32_name == "all-MiniLM-L6-v2"
+    with fm.Memory(db, history="new", embedder=int8) as mem:
+        mem.add_session(SESSION)
+    assert recorded(db, "new") == "all-MiniLM-L6-v2-int8"
+
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int8")  # the default is now int8 ...
+    with fm.Memory(db, history="old") as mem:  # ... but the fp32 history goes on with fp32
+        assert mem.embedder.name == "all-MiniLM-L6-v2"
+        mem.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
+        vectors = mem.history.embeddings
+    with fm.Memory(":memory:", embedder=default_embedder("all-MiniLM-L6-v2")) as twin:  # fp32 on purpose
+        twin.add_session(SESSION)
+        twin.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
+        assert np.allclose(vectors, twin.history.embeddings, atol=1e-5)
+    with fm.Memory(db, history="old") as mem:
+        assert "HX-4471" in mem.render("What is the Lisbon hotel reference?", 2048).text
+    with fm.Memory(db, history="fresh") as mem:  # a new history takes the new default
+        mem.add_session(SESSION)
+        assert mem.embedder.name == "all-MiniLM-L6-v2-int8"
+    assert recorded(db, "fresh") == "all-MiniLM-L6-v2-int8"
+
+
+def test_another_embedder_than_the_recorded_one_is_refused_and_nothing_is_written(
+    tmp_path: Path, int8: OnnxMiniLMEmbedder
+) -> None:
+    db = tmp_path / "m.db"
+    with fm.Memory(db) as mem:
+        mem.add_session(SESSION)
+    with fm.Memory(db, embedder=int8) as mem:
+        with pytest.raises(fm.InvalidInputError, match="written with the embedder 'all-MiniLM-L6-v2'"):
+            mem.add_session([{"role": "user", "content": "another"}])
+        with pytest.raises(fm.InvalidInputError, match="another model"):
+            mem.render("the hotel?", 2048)
+    with fm.Memory(db) as mem:
+        assert len(mem.notes()) == 1
+
+
+def test_agent_sessions_record_the_embedder_too(tmp_path: Path, int8: OnnxMiniLMEmbedder) -> None:
+    db = tmp_path / "m.db"
+    with fm.Memory(db, embedder=int8) as mem:
+        session = mem.agent("find the hotel reference", budget=4096, session_id="s1")
+        session.step("read_file('bookings.txt')", "Lisbon hotel HX-4471")
+        sid = session.core.history_id
+    assert recorded(db, sid) == "all-MiniLM-L6-v2-int8"
+    with fm.Memory(db) as mem:  # the default: the session goes on with its own embedder
+        mem.agent(session_id="s1").step("noop()", "ok")
+        assert mem.agent(session_id="s1").core.embedder.name == "all-MiniLM-L6-v2-int8"
+    with fm.Memory(db, embedder=default_embedder("all-MiniLM-L6-v2")) as mem:  # another one given: refused
+        with pytest.raises(fm.InvalidInputError, match="another model"):
+            mem.agent(session_id="s1").step("noop()", "ok")
+
+
+def test_a_history_written_before_names_were_recorded_counts_as_fp32(tmp_path: Path, int8: OnnxMiniLMEmbedder) -> None:
+    db = tmp_path / "m.db"
+    with fm.Memory(db) as mem:
+        mem.add_session(SESSION)
+    with sqlite3.connect(db) as conn:  # an older version's row: no embedder in its meta (digest as written)
+        conn.execute("DROP TRIGGER histories_meta_fixed")
+        conn.execute("UPDATE histories SET meta = '{}', digest = NULL")
+    with fm.Memory(db, embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="all-MiniLM-L6-v2'"):
+        mem.render("the hotel?", 2048)
+    with fm.Memory(db) as mem:
+        assert "HX-4471" in mem.render("the Lisbon hotel reference?", 2048).text
