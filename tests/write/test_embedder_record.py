@@ -84,9 +84,9 @@ def test_agent_sessions_record_the_embedder_too(tmp_path: Path, int8: OnnxMiniLM
     with fm.Memory(db) as mem:  # the default: the session goes on with its own embedder
         mem.agent(session_id="s1").step("noop()", "ok")
         assert mem.agent(session_id="s1").core.embedder.name == "all-MiniLM-L6-v2-int8"
-    with fm.Memory(db, embedder=default_embedder("all-MiniLM-L6-v2")) as mem:  # another one given: refused
-        with pytest.raises(fm.InvalidInputError, match="another model"):
-            mem.agent(session_id="s1").step("noop()", "ok")
+    fp32 = default_embedder("all-MiniLM-L6-v2")
+    with fm.Memory(db, embedder=fp32) as mem, pytest.raises(fm.InvalidInputError, match="another model"):
+        mem.agent(session_id="s1").step("noop()", "ok")  # another one given: refused
 
 
 def test_a_history_written_before_names_were_recorded_counts_as_fp32(tmp_path: Path, int8: OnnxMiniLMEmbedder) -> None:

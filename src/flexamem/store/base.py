@@ -99,11 +99,12 @@ class Store(Protocol):
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Add notes, their links, the model calls that wrote them, agent steps and session state in
-        one transaction (``meta``: the history row's, when these notes create it). A duplicate unit id raises :class:`DuplicateUnitError`; a sequence number or
-        step number another writer took first raises :class:`ConcurrentWriteError`; either adds nothing.
-        ``epoch``: the history must still have the epoch the writer read (else
-        :class:`HistoryDroppedError`), or, with ``create``, the writer saw no history and it is created
-        with this epoch (one another writer created first raises :class:`ConcurrentWriteError`)."""
+        one transaction (``meta``: the history row's, when these notes create it). A duplicate unit id
+        raises :class:`DuplicateUnitError`; a sequence number or step number another writer took first
+        raises :class:`ConcurrentWriteError`; either adds nothing. ``epoch``: the history must still have
+        the epoch the writer read (else :class:`HistoryDroppedError`), or, with ``create``, the writer saw
+        no history and it is created with this epoch (one another writer created first raises
+        :class:`ConcurrentWriteError`)."""
         ...
 
     def note_count(self, history: str) -> int:
