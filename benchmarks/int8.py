@@ -48,7 +48,7 @@ def _preprocessed(model: Any) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         src, pre = Path(tmp) / "fp32.onnx", Path(tmp) / "pre.onnx"
         onnx.save(model, str(src))
-        quant_pre_process(str(src), str(pre))
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)  # sympy is not a dependency
         return quantize(onnx.load(str(pre)))
 
 
@@ -67,7 +67,17 @@ RECIPES: dict[str, Callable[[Any], bytes]] = {
         m
     ),
     "int8-preprocessed": _preprocessed,
+    # the FFN's down projection (its input has the widest range) kept fp32
+    "int8-ffn-down-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "_out_mm"))(m),
+    # the first layer kept fp32
+    "int8-layer0-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "l0_"))(m),
 }
+
+
+def _except(model: Any, marker: str) -> list[str]:
+    """The weight MatMuls but those whose output name holds ``marker`` (build_graph's names)."""
+    outputs = {n.name: n.output[0] for n in model.graph.node}
+    return [name for name in weight_matmuls(model) if marker not in outputs[name]]
 
 
 def texts_of(path: Path, n: int) -> list[str]:

@@ -22,6 +22,7 @@ import numpy as np
 from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
 from flexamem.config import WRITE_SETTINGS, Settings
+from flexamem.write.default_embed import default_embedder
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
@@ -233,7 +234,8 @@ def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Pat
         return None
     keep.mkdir(parents=True, exist_ok=True)
     stored = sorted((name, getattr(s, name)) for name in WRITE_SETTINGS)  # render-time settings share a store
-    key = json.dumps([h.history_id, stored, type(writer).__name__ if writer else "rule"])
+    embedder = default_embedder().name  # the vectors' model (FLEXAMEM_EMBEDDER): int8 and fp32 stores apart
+    key = json.dumps([h.history_id, stored, type(writer).__name__ if writer else "rule", embedder])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return keep / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', h.history_id)[:80]}-{digest}.db"
 
