@@ -291,7 +291,7 @@ class HistoryCore:
                 self.check_new(relabel(self.history) if relabel else drafts)  # before any model call
         if records is None:
             records = self.writer.write_records(drafts)
-        prepared = NoteWriter(self.embedder, self.counter, self.settings).prepare(drafts, records)
+        prepared = NoteWriter(self.embedder, self.counter, self.settings, self.known_piece).prepare(drafts, records)
         for attempt in range(WRITE_ATTEMPTS):
             with self.lock:
                 self.sync()
@@ -330,6 +330,11 @@ class HistoryCore:
                     return notes
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
         raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
+
+    def known_piece(self, text: str) -> np.ndarray | None:
+        """The vector of a piece of this history with exactly ``text``, if one was embedded."""
+        with self.lock:
+            return self.history.piece_vector(text)
 
     async def awrite_records(self, drafts: Sequence[UnitDraft]) -> list[Record]:
         if isinstance(self.writer, AsyncRecordWriter):

@@ -43,6 +43,7 @@ class History:
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
         self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
+        self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
 
     def __len__(self) -> int:
         return len(self.notes)
@@ -113,6 +114,23 @@ class History:
         ready = note.piece_vectors is not None and len(note.piece_vectors) == count
         self._piece_matrix[start : start + count] = note.piece_vectors if ready else note.embedding
         self.piece_vector_ready.extend([ready] * count)
+        if ready and self._doc_of_text is not None:
+            for i, piece in enumerate(note.pieces):
+                self._doc_of_text.setdefault(hash(piece.text), start + i)
+
+    def piece_vector(self, text: str) -> np.ndarray | None:
+        """The vector of a piece of this history with exactly this text (None: none was embedded), so a
+        text embedded once is never embedded again for the same history."""
+        if self._doc_of_text is None:
+            self._doc_of_text = {}
+            for d, ready in enumerate(self.piece_vector_ready):
+                if ready:
+                    self._doc_of_text.setdefault(hash(self.piece(d)[1].text), d)
+        doc = self._doc_of_text.get(hash(text))
+        if doc is None or self.piece(doc)[1].text != text:  # a hash collision is not a match
+            return None
+        vector: np.ndarray = self._piece_matrix[doc]
+        return vector
 
     @property
     def embeddings(self) -> np.ndarray:

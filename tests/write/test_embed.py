@@ -75,3 +75,48 @@ def test_thread_count_comes_from_the_environment_or_the_runtime_default(monkeypa
         monkeypatch.setenv("FLEXAMEM_THREADS", bad)
         with pytest.raises(FlexaMemError, match="FLEXAMEM_THREADS"):
             embed_threads(1)
+
+
+class Counting:
+    """The real default embedder, counting the texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = default_embedder()
+        self.name, self.dim = self.inner.name, self.inner.dim
+        self.texts: list[str] = []
+
+    def embed(self, texts: "list[str]") -> np.ndarray:
+        self.texts += list(texts)
+        return self.inner.embed(texts)
+
+
+def test_a_text_is_embedded_once_per_write_and_once_per_history() -> None:
+    import flexamem as fm
+
+    counting = Counting()
+    twin = fm.Memory(":memory:")  # every text embedded, as before
+    with fm.Memory(":memory:", embedder=counting) as mem:
+        session = [
+            {"role": "user", "content": "Thanks!"},
+            {"role": "assistant", "content": "The parcel went to depot seven on Tuesday."},
+            {"role": "user", "content": "Thanks!"},
+        ]
+        mem.add_session(session)
+        twin.add_session(session)
+        pieces = [p.text for p in mem.history.notes[0].pieces]
+        assert pieces.count("user: Thanks!") == 2  # the same piece twice in one write ...
+        assert counting.texts.count("user: Thanks!") == 1  # ... embedded once
+        first = len(counting.texts)
+        again = [{"role": "user", "content": "Thanks!"}, {"role": "assistant", "content": "Depot seven, noted."}]
+        mem.add_session(again)  # its first turn's piece was embedded for this history already
+        twin.add_session(again)
+        new = counting.texts[first:]
+        assert "user: Thanks!" in [p.text for p in mem.history.notes[1].pieces]
+        assert "user: Thanks!" not in new  # embedded for this history before: not again
+        assert "assistant: Depot seven, noted." in new
+        # and the vectors are those a plain embedding gives
+        for a, b in zip(mem.history.notes, twin.history.notes, strict=True):
+            assert a.piece_vectors is not None and b.piece_vectors is not None
+            assert np.abs(a.piece_vectors - b.piece_vectors).max() < 1e-5
+            assert np.abs(a.embedding - b.embedding).max() < 1e-5
+    twin.close()

@@ -102,6 +102,25 @@ def length_batches(lengths: Sequence[int], batch_size: int, slack: float = 1.25)
     return batches
 
 
+def embed_unique(
+    embedder: Embedder, texts: Sequence[str], known: Callable[[str], np.ndarray | None] | None = None
+) -> np.ndarray:
+    """``embedder.embed(texts)``, each distinct text embedded once, and none whose vector ``known``
+    already gives (a text of the same history embedded before)."""
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    todo: dict[str, list[int]] = {}
+    for i, text in enumerate(texts):
+        vector = known(text) if known is not None else None
+        if vector is not None:
+            out[i] = vector
+        else:
+            todo.setdefault(text, []).append(i)
+    if todo:
+        for vector, rows in zip(embedder.embed(list(todo)), todo.values(), strict=True):
+            out[rows] = vector
+    return out
+
+
 def batched_embed(
     tokenizer: Any,
     texts: Sequence[str],

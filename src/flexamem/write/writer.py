@@ -7,7 +7,7 @@ follows is one short transaction and a failure anywhere leaves the store unchang
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +16,7 @@ from flexamem.config import Settings
 from flexamem.digests import note_digest
 from flexamem.notes import LLMCall, Note, Piece, Record, UnitDraft
 from flexamem.tokens import TokenCounter
-from flexamem.write.embed import Embedder
+from flexamem.write.embed import Embedder, embed_unique
 from flexamem.write.pieces import cut_pieces
 
 
@@ -55,10 +55,17 @@ class Prepared:
 class NoteWriter:
     """Writes notes for a batch of units that follow ``start_seq`` earlier notes."""
 
-    def __init__(self, embedder: Embedder, counter: TokenCounter, settings: Settings) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        counter: TokenCounter,
+        settings: Settings,
+        known: Callable[[str], np.ndarray | None] | None = None,
+    ) -> None:
         self.embedder = embedder
         self.counter = counter
         self.settings = settings
+        self.known = known  # the vector of a piece text the history already embedded (never embedded twice)
 
     def write(
         self,
@@ -79,7 +86,9 @@ class NoteWriter:
         if not drafts:
             return Prepared((), (), np.zeros((0, self.embedder.dim), dtype=np.float32), (), (), ())
         field_texts = [r.fields.as_text() for r in records]
-        vectors = self.embedder.embed([embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)])
+        vectors = embed_unique(
+            self.embedder, [embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)]
+        )
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
         pieces = [cut_pieces(d, self.settings.kappa, self.counter) for d in drafts]
         piece_vectors: list[np.ndarray | None] = [None] * len(drafts)
@@ -90,7 +99,7 @@ class NoteWriter:
                 if len(ps) <= self.settings.piece_vector_limit
                 and (drafts[i].kind != "agent" or self.settings.agent_auto_alpha < 1)
             ]
-            flat = self.embedder.embed([p.text for i in wanted for p in pieces[i]])
+            flat = embed_unique(self.embedder, [p.text for i in wanted for p in pieces[i]], self.known)
             start = 0
             for i in wanted:
                 piece_vectors[i] = flat[start : start + len(pieces[i])]
