@@ -22,11 +22,11 @@ import numpy as np
 from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
 from flexamem.config import WRITE_SETTINGS, Settings
-from flexamem.write.default_embed import default_embedder
 from flexamem.errors import FlexaMemError, InvalidInputError
 from flexamem.llm.client import ChatModel
 from flexamem.memory import Memory
 from flexamem.store.sqlite import SQLiteStore
+from flexamem.write.default_embed import default_embedder
 from flexamem.write.records import RecordWriter
 from flexamem_bench.baselines.reader import BASELINE_METHODS
 from flexamem_bench.datasets import QAHistory, QAItem
