@@ -35,6 +35,12 @@ class StoreUnavailableError(StoreError):
     (HTTP 503 with ``Retry-After``)."""
 
 
+class ServerBusyError(FlexaMemError):
+    """A server has as many writes in progress as it admits (``flexamem serve --max-pending-writes``):
+    nothing of this one was stored; it can be sent again (HTTP 503 with ``Retry-After``), so an
+    admitted write's wait stays bounded instead of queueing without end."""
+
+
 class StoreFullError(StoreError):
     """The disk (or the database's quota) is full: the write was not stored, and what was stored before
     is intact; reads and renders keep working (HTTP 507)."""

@@ -232,3 +232,42 @@ def test_a_real_bug_stays_one_json_500_internal_error(tmp_path: Path, monkeypatc
     assert r.status_code == 500 and r.json()["error"]["type"] == "InternalError" and "secret" not in r.text
     monkeypatch.undo()
     assert client.get("/v1/histories/h/notes").status_code == 200
+
+
+def test_writes_past_the_bound_are_refused_with_retry_after_and_store_nothing(tmp_path: Path) -> None:
+    client, _ = app_client(tmp_path, offload_writes=False, max_pending_writes=1)
+    long_session = [
+        {"speaker": "Ana", "text": f"line {i} about invoice INV-{i} and the Lisbon trip"} for i in range(800)
+    ]
+    with client:
+        client.post("/v1/histories/trip/sessions", json={"session_id": "s0", "turns": TURNS})
+        done = threading.Event()
+        first: list[int] = []
+
+        def slow_write() -> None:
+            r = client.post("/v1/histories/trip/sessions", json={"session_id": "long", "turns": long_session})
+            first.append(r.status_code)
+            done.set()
+
+        threading.Thread(target=slow_write).start()
+        deadline = time.monotonic() + 60
+        while samples(client.get("/metrics").text)[("flexamem_ingest_backlog", ())] < 1:  # the long one is in
+            assert time.monotonic() < deadline and not done.is_set()
+            time.sleep(0.005)
+        refused = []
+        while not refused and not done.is_set() and time.monotonic() < deadline:
+            r = client.post("/v1/histories/other/sessions", json={"session_id": f"x{len(refused)}", "turns": TURNS})
+            if r.status_code == 503:
+                refused.append(r)
+            time.sleep(0.01)
+        done.wait(300)
+        assert first == [200]
+        assert refused, "a second write while the first was in progress was admitted"
+        body = refused[0].json()["error"]
+        assert body["type"] == "ServerBusyError" and refused[0].headers["Retry-After"] == "1"
+        assert client.get("/v1/histories/other/notes").status_code == 404  # nothing of it was stored
+        r = client.post("/v1/histories/other/sessions", json={"session_id": "x0", "turns": TURNS})
+        assert r.status_code == 200  # sent again once the first is done: admitted and stored once
+        assert [n["session_id"] for n in client.get("/v1/histories/other/notes").json()] == ["x0"]
+        got = samples(client.get("/metrics").text)
+    assert got[("flexamem_refused_writes_total", ())] >= 1

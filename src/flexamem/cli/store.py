@@ -252,6 +252,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_open is not None:
         limit["max_open"] = args.max_open
     limit["offload_writes"] = not args.no_offload
+    if args.max_pending_writes is not None:
+        if args.max_pending_writes < 1:
+            raise InvalidInputError("--max-pending-writes must be at least 1")
+        limit["max_pending_writes"] = args.max_pending_writes
     limit["records"] = args.records
     serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
@@ -321,6 +325,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default: 8 MiB)")
     p.add_argument(
         "--max-open", type=int, help="histories each worker keeps open, least recently used closed first (128)"
+    )
+    p.add_argument(
+        "--max-pending-writes",
+        type=int,
+        help="writes each worker admits at once; one more gets 503 with Retry-After, storing nothing (2)",
     )
     p.add_argument(
         "--no-offload",

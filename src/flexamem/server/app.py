@@ -36,6 +36,7 @@ from flexamem.errors import (
     HistoryDroppedError,
     InvalidInputError,
     ModelUnavailableError,
+    ServerBusyError,
     StoreClosedError,
     StoreError,
     StoreFullError,
@@ -56,6 +57,7 @@ HistoryName = Annotated[str, Path(pattern=HISTORY, description="the history's na
 SessionName = Annotated[str, Path(pattern=SESSION, description="the agent session's id")]
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 DEFAULT_MAX_OPEN = 128  # histories kept open per worker
+DEFAULT_MAX_PENDING_WRITES = 2  # writes admitted at once per worker (docs/PERFORMANCE.md)
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
@@ -73,6 +75,9 @@ class ServerConfig:
     """Histories a worker keeps open (least recently used closed first): bounds its memory."""
     offload_writes: bool = True
     """Embed writes in a lower-priority process (server/ingest.py), so renders keep the CPU."""
+    max_pending_writes: int = DEFAULT_MAX_PENDING_WRITES
+    """Writes a worker admits at once (being embedded or stored); one more is answered 503 with
+    ``Retry-After`` at once, storing nothing, so an acknowledged write waits for at most this many."""
     records: Literal["rule", "llm"] = "rule"
     """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
     per tenant in ``/metrics``); ``rule``: the offline rule writer."""
@@ -97,6 +102,7 @@ STATUS = {  # the first that matches: subclasses before their bases
     ModelUnavailableError: 503,
     StoreClosedError: 503,
     StoreUnavailableError: 503,  # a lost or restarting database: retryable, with Retry-After
+    ServerBusyError: 503,  # as many writes in progress as the worker admits: retryable, with Retry-After
     StoreFullError: 507,
     StoreError: 500,  # a damaged store (StoreCorruptError) or another failure under it: the server's, not the caller's
 }
@@ -263,8 +269,8 @@ ANSWERS = {
     413: "The request body is over the server's limit",
     422: "The request does not match the schema",
     500: "The store is damaged (StoreCorruptError names the row) or the server failed; nothing was half-stored",
-    503: "The store cannot be reached right now (a database restarting): nothing was stored, retry after "
-    "Retry-After seconds",
+    503: "The store cannot be reached right now (a database restarting), or the worker has as many writes in "
+    "progress as it admits (ServerBusyError): nothing was stored, retry after Retry-After seconds",
     507: "The store's disk is full: nothing of this write was stored; reads go on",
 }
 
@@ -409,14 +415,23 @@ def create_app(config: ServerConfig) -> FastAPI:
         if tokens:
             metrics.llm_tokens.labels(t).inc(tokens)
 
+    pending = threading.BoundedSemaphore(config.max_pending_writes)
+
     @contextlib.contextmanager
     def a_write() -> Iterator[None]:
+        if not pending.acquire(blocking=False):  # admitted or refused at once: no write waits unbounded
+            metrics.refused_writes.inc()
+            raise ServerBusyError(
+                f"this server has {config.max_pending_writes} writes in progress: nothing was stored, "
+                "send it again after Retry-After seconds"
+            )
         metrics.backlog.inc()
         try:
             with timed(metrics.write_seconds, "flexamem.write"), writing():
                 yield
         finally:
             metrics.backlog.dec()
+            pending.release()
 
     app = FastAPI(
         title="FlexA-Mem",
@@ -466,7 +481,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(FlexaMemError)
     async def flexamem_error(request: Request, exc: FlexaMemError) -> JSONResponse:
         status = _status(exc)
-        if status >= 500:  # the environment failed (a bug would be 500 InternalError): one log line, no body
+        if status >= 500 and not isinstance(exc, ServerBusyError):  # the environment failed: one log line
             log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
         response = _error(status, type(exc).__name__, str(exc))
         if status == 503:

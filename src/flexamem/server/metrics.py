@@ -7,6 +7,7 @@ Series (labels bounded: a route is its template, never a history or key):
 - ``flexamem_render_seconds``, ``flexamem_write_seconds``, ``flexamem_agent_context_seconds``;
 - ``flexamem_tokens_rendered_total`` (renders and agent contexts);
 - ``flexamem_ingest_backlog``: writes being embedded or waiting for the embedding process;
+- ``flexamem_refused_writes_total``: writes answered 503 because the worker had as many as it admits;
 - ``flexamem_llm_tokens_total{tenant}``: tokens the record writer's model spent (0 with rule records);
 - ``flexamem_open_histories`` and ``flexamem_evicted_histories_total`` (the per-worker LRU).
 
@@ -60,6 +61,9 @@ class Metrics:
         gauge: dict[str, Any] = {"multiprocess_mode": "livesum"} if MULTIPROCESS else {}
         self.backlog = Gauge(
             "flexamem_ingest_backlog", "writes being embedded or waiting for the embedding process", registry=r, **gauge
+        )
+        self.refused_writes = Counter(
+            "flexamem_refused_writes", "writes refused (503) past the worker's bound on writes in progress", registry=r
         )
         self.llm_tokens = Counter(
             "flexamem_llm_tokens", "tokens spent by the record writer's model, per tenant", ["tenant"], registry=r
