@@ -1,0 +1,104 @@
+"""int8 against fp32 MiniLM where the forward pass is the floor, in one run (issue 32; prints ratios).
+
+Both embedders are built first; then, alternating fp32 and int8 ``--rounds`` times (so a noisy
+neighbour hits both alike), each one:
+
+- **ingest**: a LoCoMo dev conversation stored with piece vectors (``Memory.add_sessions``), tokens/s;
+- **agent calls**: the first ``--runs`` mini-swe-agent dev trajectories replayed step by step at a
+  16k history budget, ``AgentSession.context()`` after each step where memory is on (``auto`` embeds
+  the newest step as its query): mean and p50 ms;
+- **renders**: every question of the conversation rendered at 4k with its query embedded in the call
+  (what a server's render does), mean ms.
+
+The best round of each is kept and the int8 / fp32 ratio printed. Run it on an idle machine.
+
+    python benchmarks/int8_speed.py [--data ../shared/data] [--rounds 2] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import flexamem as fm
+from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+from flexamem_bench.datasets import locomo_histories
+from flexamem_bench.trajectories import Trajectory, load_trajectories
+
+
+def ingest(embedder: OnnxMiniLMEmbedder, sessions: list[dict[str, object]]) -> tuple[float, fm.Memory]:
+    mem = fm.Memory(":memory:", embedder=embedder, settings=fm.Settings(one_unit_per_session=True))
+    start = time.perf_counter()
+    mem.add_sessions(sessions)
+    seconds = time.perf_counter() - start
+    return sum(n.raw_tokens for n in mem.history.notes) / seconds, mem
+
+
+def agent_calls(embedder: OnnxMiniLMEmbedder, trajectories: list[Trajectory], budget: int) -> list[float]:
+    ms = []
+    for traj in trajectories:
+        agent = fm.Memory(":memory:", embedder=embedder).agent(task=traj.task, budget=budget, system=traj.system)
+        for step in traj.steps:
+            agent.step(action=step.action, observation=step.observation, messages=step.messages)
+            start = time.perf_counter()
+            ctx = agent.context()
+            if not ctx.pass_through:
+                ms.append((time.perf_counter() - start) * 1000)
+    return ms
+
+
+def renders(mem: fm.Memory, questions: list[str]) -> list[float]:
+    ms = []
+    for q in questions:
+        start = time.perf_counter()
+        mem.render(q, 4096)
+        ms.append((time.perf_counter() - start) * 1000)
+    return ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="../shared/data")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3, help="mini-swe-agent dev trajectories replayed")
+    parser.add_argument("--budget", type=int, default=16384)
+    args = parser.parse_args()
+    data = Path(args.data)
+    h = locomo_histories(data / "locomo" / "locomo-dev.json")[0]
+    sessions: list[dict[str, object]] = [
+        {"turns": s.turns, "session_id": s.session_id, "date": s.date} for s in h.sessions
+    ]
+    questions = [q.question for q in h.questions]
+    trajectories = load_trajectories(data / "agent_trajectories" / "mini_swe_agent" / "gemini-3-pro-dev.json")
+    trajectories = trajectories[: args.runs]
+    embedders = {"fp32": OnnxMiniLMEmbedder(), "int8": OnnxMiniLMEmbedder(precision="int8")}
+    best: dict[str, dict[str, float]] = {name: {} for name in embedders}
+    for r in range(args.rounds):
+        for name, embedder in embedders.items():
+            rate, mem = ingest(embedder, sessions)
+            calls = agent_calls(embedder, trajectories, args.budget)
+            rendered = renders(mem, questions)
+            mem.close()
+            row = {
+                "ingest tokens/s": rate,
+                "agent call mean ms": statistics.mean(calls),
+                "agent call p50 ms": statistics.median(calls),
+                "render mean ms": statistics.mean(rendered),
+            }
+            print(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+            for k, v in row.items():
+                keep = max if k.startswith("ingest") else min
+                best[name][k] = keep(best[name].get(k, v), v)
+    print(f"\n{h.history_id} ({len(sessions)} sessions, {len(questions)} renders at 4k); "
+          f"{len(trajectories)} coding runs at {args.budget} ({len(calls)} calls with memory on)")  # fmt: skip
+    print("| measure | fp32 | int8 | speed-up |\n|---|---:|---:|---:|")
+    for k in best["fp32"]:
+        a, b = best["fp32"][k], best["int8"][k]
+        ratio = b / a if k.startswith("ingest") else a / b
+        print(f"| {k} | {a:.1f} | {b:.1f} | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
