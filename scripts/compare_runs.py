@@ -1,0 +1,68 @@
+"""Two runs of ``flexamem eval`` on the same data, side by side: every method, budget and measure, with
+the paired difference (B - A) and its 95% bootstrap CI (issue 32: int8 against fp32 MiniLM).
+
+Rows are paired by item (question or agent step); the bootstrap resamples items, or whole groups
+(conversations, trajectories) with ``--by-group``. A difference "holds" when its CI contains 0 or lies
+above it.
+
+    python scripts/compare_runs.py results/q/lme-dev-fp32 results/q/lme-dev-int8 \
+        [--measures evidence_verbatim,evidence_partial] [--by-group]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from flexamem_bench.harness import load_rows
+from flexamem_bench.stats import bootstrap_ci
+
+DEFAULT = "evidence_verbatim,evidence_partial,answer_contained,session_recall,detail_recall,trace_coverage"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a", type=Path, help="the baseline run's folder (e.g. fp32)")
+    parser.add_argument("b", type=Path, help="the other run's folder (e.g. int8)")
+    parser.add_argument("--measures", default=DEFAULT)
+    parser.add_argument("--by-group", action="store_true", help="resample whole groups (trajectories)")
+    parser.add_argument("--resamples", type=int, default=5000)
+    args = parser.parse_args(argv)
+    rows: dict[str, dict[tuple[str, int, str], dict[str, object]]] = {}
+    for side, folder in (("a", args.a), ("b", args.b)):
+        rows[side] = {(str(r["method"]), int(r["budget"]), str(r["item"])): r for r in load_rows(folder)}
+    cells: dict[tuple[str, int, str], list[tuple[float, float, str]]] = defaultdict(list)
+    for key, ra in rows["a"].items():
+        rb = rows["b"].get(key)
+        if rb is None:
+            continue
+        for m in args.measures.split(","):
+            va, vb = ra.get(m), rb.get(m)
+            if isinstance(va, int | float) and isinstance(vb, int | float):
+                cells[(key[0], key[1], m)].append((float(va), float(vb), str(ra.get("group", key[2]))))
+    print(f"A = {args.a}, B = {args.b}\n")
+    print("| method | budget | measure | n | A | B | B - A [95% CI] | holds |")
+    print("|---|---:|---|---:|---:|---:|---|---|")
+    held = total = 0
+    for (method, budget, m), pairs in sorted(cells.items()):
+        a = [p[0] for p in pairs]
+        b = [p[1] for p in pairs]
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        groups = [p[2] for p in pairs] if args.by_group else None
+        lo, hi = bootstrap_ci(d, groups, resamples=args.resamples)
+        mean = sum(d) / len(d)
+        ok = hi >= 0  # inside the CI of no difference, or better
+        held += ok
+        total += 1
+        print(
+            f"| {method} | {budget} | {m} | {len(d)} | {100 * sum(a) / len(a):.1f} | {100 * sum(b) / len(b):.1f} "
+            f"| {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | {'yes' if ok else '**no**'} |"
+        )
+    print(f"\n{held} of {total} differences hold (CI contains 0 or lies above it)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
