@@ -682,9 +682,10 @@ def app_from_env() -> FastAPI:
         ServerConfig(
             db,
             key_file,
-            int(os.environ.get("FLEXAMEM_MAX_BODY", DEFAULT_MAX_BODY)),
-            int(os.environ.get("FLEXAMEM_MAX_OPEN", DEFAULT_MAX_OPEN)),
-            os.environ.get("FLEXAMEM_OFFLOAD_WRITES", "1") != "0",
-            records,  # type: ignore[arg-type]
+            max_body_bytes=int(os.environ.get("FLEXAMEM_MAX_BODY", DEFAULT_MAX_BODY)),
+            max_open=int(os.environ.get("FLEXAMEM_MAX_OPEN", DEFAULT_MAX_OPEN)),
+            offload_writes=os.environ.get("FLEXAMEM_OFFLOAD_WRITES", "1") != "0",
+            max_pending_writes=int(os.environ.get("FLEXAMEM_MAX_PENDING_WRITES", DEFAULT_MAX_PENDING_WRITES)),
+            records=records,  # type: ignore[arg-type]
         )
     )
