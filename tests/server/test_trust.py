@@ -62,6 +62,8 @@ def test_writes_racing_a_delete_leave_a_whole_history(server: Server) -> None:
                     c.post("/v1/histories/race/sessions", json={"turns": [{"speaker": "A", "text": f"w{k} n{i}"}]}),
                     c.post("/v1/histories/race/render", json={"query": "n1", "budget": 300}),
                 ):
+                    if r.status_code == 503 and "ServerBusyError" in r.text and r.headers.get("retry-after"):
+                        continue  # a busy worker's refusal (its bound on writes in progress) stores nothing
                     statuses.append(r.status_code)
                     if r.status_code not in (200, 404):
                         odd.append(r.text)
