@@ -35,6 +35,21 @@ def app_client(tmp_path: Path, **config: object) -> tuple[TestClient, str]:
     return client, key
 
 
+def long_write(client: TestClient, history: str, lines: int) -> tuple[threading.Event, list[int]]:
+    """A session of ``lines`` turns written to ``history`` in a background thread: (set when answered,
+    the answer's status)."""
+    turns = [{"speaker": "Ana", "text": f"line {i} about invoice INV-{i} and the Lisbon trip"} for i in range(lines)]
+    done, status = threading.Event(), []
+
+    def write() -> None:
+        r = client.post(f"/v1/histories/{history}/sessions", json={"session_id": "long", "turns": turns})
+        status.append(r.status_code)
+        done.set()
+
+    threading.Thread(target=write).start()
+    return done, status
+
+
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(text):
@@ -138,22 +153,11 @@ def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, of
 
 def test_renders_are_answered_while_a_slow_write_is_in_flight(tmp_path: Path) -> None:
     client, _ = app_client(tmp_path)  # writes offloaded
-    long_session = [
-        {"speaker": "Ana", "text": f"line {i} about invoice INV-{i} and the Lisbon trip"} for i in range(1500)
-    ]
     with client:
         for name in ("same", "other"):
             client.post(f"/v1/histories/{name}/sessions", json={"session_id": "s0", "turns": TURNS})
             client.post(f"/v1/histories/{name}/render", json={"query": "invoice", "budget": 400})  # opened, warm
-        done = threading.Event()
-        write_status: list[int] = []
-
-        def slow_write() -> None:
-            r = client.post("/v1/histories/same/sessions", json={"session_id": "long", "turns": long_session})
-            write_status.append(r.status_code)
-            done.set()
-
-        threading.Thread(target=slow_write).start()
+        done, write_status = long_write(client, "same", 1500)
         time.sleep(0.2)
         answered_during = 0
         while not done.is_set():
@@ -236,20 +240,9 @@ def test_a_real_bug_stays_one_json_500_internal_error(tmp_path: Path, monkeypatc
 
 def test_writes_past_the_bound_are_refused_with_retry_after_and_store_nothing(tmp_path: Path) -> None:
     client, _ = app_client(tmp_path, offload_writes=False, max_pending_writes=1)
-    long_session = [
-        {"speaker": "Ana", "text": f"line {i} about invoice INV-{i} and the Lisbon trip"} for i in range(800)
-    ]
     with client:
         client.post("/v1/histories/trip/sessions", json={"session_id": "s0", "turns": TURNS})
-        done = threading.Event()
-        first: list[int] = []
-
-        def slow_write() -> None:
-            r = client.post("/v1/histories/trip/sessions", json={"session_id": "long", "turns": long_session})
-            first.append(r.status_code)
-            done.set()
-
-        threading.Thread(target=slow_write).start()
+        done, first = long_write(client, "trip", 800)
         deadline = time.monotonic() + 60
         while samples(client.get("/metrics").text)[("flexamem_ingest_backlog", ())] < 1:  # the long one is in
             assert time.monotonic() < deadline and not done.is_set()
