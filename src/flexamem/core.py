@@ -304,8 +304,7 @@ class HistoryCore:
                     prepared, len(history), history.embeddings, previous
                 )
                 epoch, create = (self.epoch, False) if self.epoch is not None else (new_epoch(), True)
-                if not create:
-                    self.check_embedder()  # another process may have started the history meanwhile
+                recorded = {"embedder": self.embedder.name}  # checked against a history another process began
                 try:
                     self.store.append_notes(
                         self.history_id,
@@ -316,7 +315,7 @@ class HistoryCore:
                         state=state,
                         epoch=epoch,
                         create=create,
-                        meta={"embedder": self.embedder.name},
+                        meta=recorded,
                     )
                 except ConcurrentWriteError:
                     if not retry:
