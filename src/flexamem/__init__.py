@@ -1,6 +1,7 @@
 """FlexA-Mem: a write-once memory for LLM agents and readers, rendered under any token budget."""
 
 from flexamem.agent import AgentContext, AgentSession
+from flexamem.client import ClientSettings, RemoteMemory
 from flexamem.config import Settings
 from flexamem.errors import (
     BudgetError,
@@ -12,12 +13,14 @@ from flexamem.errors import (
     LLMError,
     LLMOutputError,
     ModelUnavailableError,
+    NotFoundError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
+    UnauthorizedError,
     WriteOnceError,
 )
 from flexamem.llm import LLMConfig, OpenAICompatible, ResponseCache, RetryPolicy, load_config
@@ -39,6 +42,7 @@ __all__ = [
     "AgentContext",
     "AgentSession",
     "BudgetError",
+    "ClientSettings",
     "ConcurrentWriteError",
     "DuplicateUnitError",
     "FlexaMemError",
@@ -47,6 +51,7 @@ __all__ = [
     "LLMError",
     "LLMWriter",
     "Memory",
+    "NotFoundError",
     "Note",
     "OpenAICompatible",
     "ReadOnlyStoreError",
@@ -57,6 +62,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreUnavailableError",
+    "UnauthorizedError",
     "count",
     "load_config",
 ]

@@ -181,3 +181,29 @@ def refuse_unknown_arguments(cls: type[T]) -> type[T]:
 
 
 refuse_unknown_arguments(Settings)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How a memory at a URL talks to its server(s)."""
+
+    timeout: float = 60.0
+    """Seconds to wait for one answer (a first render of a large history loads it: seconds)."""
+    connect_timeout: float = 5.0
+    """Seconds to wait for a connection before trying again (or the next server)."""
+    retry_seconds: float = 30.0
+    """How long a call keeps retrying a retryable failure before it raises (0: never retries)."""
+    backoff: float = 0.1
+    """The first wait between attempts, doubled each time (with jitter) up to ``max_backoff``."""
+    max_backoff: float = 2.0
+    """The longest wait between two attempts (a ``Retry-After`` above it is cut to it)."""
+
+    def __post_init__(self) -> None:
+        for name in ("timeout", "connect_timeout", "backoff", "max_backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InvalidInputError(f"{name} must be a positive number of seconds, got {value!r}")
+        if isinstance(self.retry_seconds, bool) or not isinstance(self.retry_seconds, int | float):
+            raise InvalidInputError(f"retry_seconds must be a number of seconds, got {self.retry_seconds!r}")
+        if self.retry_seconds < 0:
+            raise InvalidInputError(f"retry_seconds must be 0 or more, got {self.retry_seconds!r}")

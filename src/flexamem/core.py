@@ -277,6 +277,7 @@ class HistoryCore:
         steps: Sequence[StepRow] = (),
         state: Mapping[str, Any] | None = None,
         retry: bool = True,
+        request_id: str | None = None,
     ) -> list[Note]:
         """Store ``drafts`` as notes (with agent ``steps`` and session ``state`` in the same transaction).
 
@@ -284,10 +285,15 @@ class HistoryCore:
         must not wait). ``relabel(history)`` re-names the drafts after a catch-up (a library-chosen
         session id another writer took meanwhile). ``retry=False``: a lost race raises
         :class:`ConcurrentWriteError` instead (an agent session whose steps another process advanced).
+        ``request_id``: the caller's id of this write, stored with it: when a write under that id is
+        already stored (a retry), nothing is written and its notes are returned.
         """
         if drafts:
             with self.lock:
                 self.sync()
+                done = self._written(request_id)
+                if done is not None:
+                    return done
                 self.check_new(relabel(self.history) if relabel else drafts)  # before any model call
         if records is None:
             records = self.writer.write_records(drafts)
@@ -296,6 +302,9 @@ class HistoryCore:
             with self.lock:
                 self.sync()
                 history = self.history  # a new view when the sync found the history dropped
+                done = self._written(request_id)  # another attempt of this request won a race meanwhile
+                if done is not None:
+                    return done
                 if relabel is not None:
                     prepared = prepared.relabel(relabel(history))
                 self.check_new(prepared.drafts)
@@ -316,6 +325,7 @@ class HistoryCore:
                         epoch=epoch,
                         create=create,
                         meta=recorded,
+                        request_id=request_id,
                     )
                 except ConcurrentWriteError:
                     if not retry:
@@ -329,6 +339,16 @@ class HistoryCore:
                     return notes
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
         raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
+
+    def _written(self, request_id: str | None) -> list[Note] | None:
+        """The notes a write under ``request_id`` stored (under the lock, just caught up), or None."""
+        if request_id is None:
+            return None
+        units = self.store.written_by(self.history_id, request_id)
+        if units is None:
+            return None
+        history = self.history
+        return [history.notes[history.unit_ids[u]] for u in units]
 
     def known_piece(self, text: str) -> np.ndarray | None:
         """The vector of a piece of this history with exactly ``text``, if one was embedded."""

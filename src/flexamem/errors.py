@@ -15,6 +15,15 @@ class InvalidInputError(FlexaMemError, ValueError):
     """The caller passed data the library cannot store faithfully (empty text, bad bytes, ...)."""
 
 
+class NotFoundError(InvalidInputError):
+    """A server has no such history, unit or agent session for this key's tenant, or it was deleted
+    (HTTP 404). An :class:`InvalidInputError`, as the same call on a local ``Memory`` raises."""
+
+
+class UnauthorizedError(FlexaMemError):
+    """No API key, or a key no tenant of the server holds (HTTP 401)."""
+
+
 class DuplicateUnitError(FlexaMemError):
     """A unit id was written twice; notes are write-once."""
 

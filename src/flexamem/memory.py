@@ -18,13 +18,13 @@ import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from flexamem.budget import allowance as budget_allowance
 from flexamem.chat import message_turn
-from flexamem.config import Settings
+from flexamem.config import ClientSettings, Settings
 from flexamem.core import HistoryCore, Relabel
 from flexamem.errors import DuplicateUnitError, InvalidInputError
 from flexamem.history import History
@@ -67,6 +67,15 @@ def check_file_path(path: str | Path) -> None:
         raise InvalidInputError(f"cannot use {shown!r} as a memory file: {exc.strerror or exc}") from None
 
 
+def check_request_id(request_id: object) -> str | None:
+    """A write's request id: None, or a non-empty string of at most 200 characters."""
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str) or not request_id.strip() or len(request_id) > 200:
+        raise InvalidInputError(f"request_id must be a non-empty string of at most 200 characters, got {request_id!r}")
+    return clean_text(request_id, "request_id").strip()
+
+
 def open_store(path: str | Path, *, read_only: bool = False) -> Store:
     """The store a path names: ``postgresql://...`` (or ``postgres://``) a PostgreSQL database, anything
     else a SQLite file (``":memory:"``: a throwaway one)."""
@@ -78,11 +87,15 @@ def open_store(path: str | Path, *, read_only: bool = False) -> Store:
 
 
 class Memory:
-    """A write-once memory of one history, stored in SQLite (or any :class:`Store`).
+    """A write-once memory of one history, stored in SQLite (or any :class:`Store`), or served by a
+    FlexA-Mem server.
 
     Args:
         path: SQLite file, ``":memory:"`` for a throwaway memory, or a ``postgresql://`` URL (shared by
             many processes and machines; the ``postgres`` extra). Ignored when ``store`` is given.
+            An ``http://`` or ``https://`` URL (several, comma-separated, for servers of one store) gives
+            the same API over ``flexamem serve`` (:class:`flexamem.client.RemoteMemory`; ``key=`` or
+            ``FLEXAMEM_API_KEY``, ``client=`` :class:`~flexamem.config.ClientSettings`).
         history: which history of the store this object reads and writes (a store can hold many).
         settings: writing and rendering settings; defaults are documented in :class:`Settings`.
         writer: writes records and fields; the offline :class:`RuleWriter` by default.
@@ -91,7 +104,17 @@ class Memory:
             than a history's recorded one is refused (:class:`InvalidInputError`).
         store: a ready store instance (overrides ``path``).
         read_only: open the file read-only; any write raises :class:`ReadOnlyStoreError`.
+        key, client: only for a server URL (above).
     """
+
+    remote: ClassVar[type[Memory] | None] = None  # what a server URL opens (set by flexamem.client)
+
+    def __new__(cls, path: str | Path = ":memory:", *args: Any, **kwargs: Any) -> Memory:
+        if cls is Memory and isinstance(path, str) and path.lstrip().startswith(("http://", "https://")):
+            if Memory.remote is None:  # pragma: no cover - flexamem/__init__ registers it
+                raise InvalidInputError("a memory at a URL needs flexamem.client (import flexamem)")
+            return super().__new__(Memory.remote)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -103,7 +126,11 @@ class Memory:
         embedder: Embedder | None = None,
         store: Store | None = None,
         read_only: bool = False,
+        key: str | None = None,
+        client: ClientSettings | None = None,
     ) -> None:
+        if key is not None or client is not None:
+            raise InvalidInputError("key= and client= are for a memory at a server URL (http:// or https://)")
         for name, value, kind in (
             ("settings", settings, Settings),
             ("writer", writer, RecordWriter),
@@ -184,6 +211,7 @@ class Memory:
         *,
         session_id: str | None = None,
         date: str | datetime.date | None = None,
+        request_id: str | None = None,
     ) -> list[str]:
         """Write one conversation session as notes; returns the new unit ids, in order.
 
@@ -191,9 +219,12 @@ class Memory:
         LoCoMo ``dia_id``) and ``"role"`` (sessions are cut before ``"user"`` turns). All units of
         the session land in one transaction, or none do. Without ``session_id`` the session is named
         ``s<n>``, the first such name no other session of the history holds when it is stored.
+        ``request_id`` (the caller's, e.g. a UUID) makes a retry store nothing more: a write under an id
+        the history already holds returns that write's unit ids (the HTTP client sends one per call).
         """
         drafts, relabel = self._drafts(turns, session_id, date)
-        return [n.unit_id for n in self.core.write(drafts, relabel=relabel)]
+        rid = check_request_id(request_id)
+        return [n.unit_id for n in self.core.write(drafts, relabel=relabel, request_id=rid)]
 
     def add_messages(
         self,
@@ -201,11 +232,13 @@ class Memory:
         *,
         session_id: str | None = None,
         date: str | datetime.date | None = None,
+        request_id: str | None = None,
     ) -> list[str]:
         """Write an OpenAI-format chat history (``{"role", "content"}``, assistant ``tool_calls``,
         ``tool`` replies) as one session; returns the new unit ids. Each message is a turn spoken by its
         ``name`` or role; tool calls are kept verbatim as ``[tool call <id>] name(arguments)`` lines and a
-        tool reply keeps its ``tool_call_id``. Messages with neither content nor tool calls are skipped."""
+        tool reply keeps its ``tool_call_id``. Messages with neither content nor tool calls are skipped.
+        ``request_id``: as for :meth:`add_session`."""
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
             raise InvalidInputError("messages must be a list of chat messages ({'role': ..., 'content': ...})")
         turns = []
@@ -217,10 +250,14 @@ class Memory:
             turns.append(message_turn(m, f"message {i}"))
         if not turns:
             raise InvalidInputError("messages holds no message with content or tool calls")
-        return self.add_session(turns, session_id=session_id, date=date)
+        return self.add_session(turns, session_id=session_id, date=date, request_id=request_id)
 
     def add_sessions(
-        self, sessions: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
+        self,
+        sessions: Iterable[Mapping[str, Any]],
+        *,
+        progress: Progress | None = None,
+        request_id: str | None = None,
     ) -> list[list[str]]:
         """Write many sessions (``{"turns": [...], "session_id"?, "date"?}``) at once.
 
@@ -232,25 +269,35 @@ class Memory:
         """
         if isinstance(sessions, str | bytes | Mapping) or not isinstance(sessions, Iterable):
             raise InvalidInputError("sessions must be a list of sessions")
-        batches: list[tuple[list[UnitDraft], Relabel | None]] = []
+        rid = check_request_id(request_id)
+        batches: list[tuple[list[UnitDraft], Relabel | None, str | None]] = []
+        stored: dict[int, list[str]] = {}  # sessions a retried request already stored
         seen = set(self.history.unit_ids)
         for i, session in enumerate(sessions):
             if not isinstance(session, Mapping) or "turns" not in session:
                 raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
             drafts, relabel = self._drafts(session["turns"], session.get("session_id"), session.get("date"))
-            if relabel is None:
+            sub = None if rid is None else f"{rid}#{i}"
+            done = None if sub is None else self.store.written_by(self.history_id, sub)
+            if done is not None:
+                stored[i] = done
+                drafts = []
+            elif relabel is None:
                 for d in drafts:
                     if d.unit_id in seen:
                         raise DuplicateUnitError(f"session {i}: unit {d.unit_id!r} is already written")
                     seen.add(d.unit_id)
-            batches.append((drafts, relabel))
-        total = sum(len(b) for b, _ in batches)
+            batches.append((drafts, relabel, sub))
+        total = sum(len(b) for b, _, _ in batches)
         records = self.writer.write_records(
-            [d for b, _ in batches for d in b], (lambda done, _: progress(done, 2 * total)) if progress else None
+            [d for b, _, _ in batches for d in b], (lambda done, _: progress(done, 2 * total)) if progress else None
         )
         out, start = [], 0
-        for drafts, relabel in batches:
-            notes = self.core.write(drafts, records[start : start + len(drafts)], relabel=relabel)
+        for i, (drafts, relabel, sub) in enumerate(batches):
+            if i in stored:
+                out.append(stored[i])
+                continue
+            notes = self.core.write(drafts, records[start : start + len(drafts)], relabel=relabel, request_id=sub)
             out.append([n.unit_id for n in notes])
             start += len(drafts)
             if progress:
@@ -263,14 +310,19 @@ class Memory:
         *,
         session_id: str | None = None,
         date: str | datetime.date | None = None,
+        request_id: str | None = None,
     ) -> list[str]:
         """The async twin of :meth:`add_session`: the same notes, with records written by
         ``await``-ed model calls (no thread held while the model thinks)."""
         drafts, relabel = self._drafts(turns, session_id, date)
+        rid = check_request_id(request_id)
+        done = None if rid is None else self.store.written_by(self.history_id, rid)
+        if done is not None:  # a retry: stored before, nothing to pay for
+            return done
         if relabel is None:
             self.core.check_new(drafts)
         records = await self.core.awrite_records(drafts)
-        notes = await asyncio.to_thread(self.core.write, drafts, records, relabel=relabel)
+        notes = await asyncio.to_thread(self.core.write, drafts, records, relabel=relabel, request_id=rid)
         return [n.unit_id for n in notes]
 
     def _drafts(

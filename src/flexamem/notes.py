@@ -9,8 +9,10 @@ unit once written: raw text, record, fields, embedding, links and pieces, with t
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -193,7 +195,65 @@ def note_json(note: Note, full: bool = False) -> dict[str, Any]:
             {"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in note.pieces
         ]
         out["digest"] = note.digest
+        out["exact"] = note_exact(note)
     return out
+
+
+def note_exact(note: Note) -> dict[str, Any]:
+    """Every field of a note as JSON (the embedding as base64 float32), so :func:`note_from_json`
+    gives back an equal note on the other side of a wire; piece vectors stay out (they are large,
+    and no caller of a note reads them)."""
+    return {
+        "seq": note.seq,
+        "unit_id": note.unit_id,
+        "kind": note.kind,
+        "raw": note.raw,
+        "raw_tokens": note.raw_tokens,
+        "record": note.record,
+        "record_tokens": note.record_tokens,
+        "fields": {"keywords": list(note.fields.keywords), "tags": list(note.fields.tags),
+                   "description": note.fields.description},
+        "fields_tokens": note.fields_tokens,
+        "embedding": base64.b64encode(np.asarray(note.embedding, dtype="<f4").tobytes()).decode("ascii"),
+        "pieces": [dataclasses.astuple(p) for p in note.pieces],
+        "blocks": [dataclasses.astuple(b) for b in note.blocks],
+        "links": list(note.links),
+        "session_id": note.session_id,
+        "date": note.date,
+        "steps": list(note.steps) if note.steps else None,
+        "writer": note.writer,
+        "flagged": note.flagged,
+        "flag_reason": note.flag_reason,
+        "digest": note.digest,
+    }  # fmt: skip
+
+
+def note_from_json(data: Mapping[str, Any]) -> Note:
+    """The note :func:`note_exact` wrote (a ``KeyError``, ``TypeError`` or ``ValueError`` when it is not one)."""
+    f = data["fields"]
+    steps = data["steps"]
+    return Note(
+        seq=int(data["seq"]),
+        unit_id=str(data["unit_id"]),
+        kind=data["kind"],
+        raw=str(data["raw"]),
+        raw_tokens=int(data["raw_tokens"]),
+        record=str(data["record"]),
+        record_tokens=int(data["record_tokens"]),
+        fields=Fields(tuple(f["keywords"]), tuple(f["tags"]), str(f["description"])),
+        fields_tokens=int(data["fields_tokens"]),
+        embedding=np.frombuffer(base64.b64decode(data["embedding"]), dtype="<f4").astype(np.float32),
+        pieces=tuple(Piece(*p) for p in data["pieces"]),
+        blocks=tuple(Block(*b) for b in data["blocks"]),
+        links=tuple(int(x) for x in data["links"]),
+        session_id=data["session_id"],
+        date=data["date"],
+        steps=(int(steps[0]), int(steps[1])) if steps else None,
+        writer=str(data["writer"]),
+        flagged=bool(data["flagged"]),
+        flag_reason=data["flag_reason"],
+        digest=data["digest"],
+    )
 
 
 def blocks_json(blocks: Sequence[Block]) -> str:

@@ -46,16 +46,26 @@ def test_sessions_messages_render_notes_and_drop(server: Server) -> None:
 def test_agent_sessions_over_http_give_valid_chat_contexts(server: Server) -> None:
     with server.client() as c:
         r = c.post("/v1/histories/bot/agents", json={"task": "Refund order #W4417", "budget": 700, "session_id": "a1"})
-        assert r.status_code == 200 and r.json() == {"session_id": "a1", "steps": 0}
+        assert r.status_code == 200 and r.json() == {
+            "session_id": "a1",
+            "steps": 0,
+            "messages": 0,
+            "task": "Refund order #W4417",
+            "system": "",
+            "budget": 700,
+        }
         for i in range(12):
             msgs = [
                 {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": f"c{i}"}]},
                 {"role": "tool", "tool_call_id": f"c{i}", "content": f"order #W4417 line {i} " + "status ok " * 30},
             ]
             step = {"action": f"get_order {i}", "observation": "ok", "messages": msgs, "step_id": f"s{i}"}
-            assert c.post("/v1/histories/bot/agents/a1/steps", json=step).json() == {"step": i + 1}
+            assert c.post("/v1/histories/bot/agents/a1/steps", json=step).json() == {
+                "step": i + 1,
+                "messages": 2 * (i + 1),
+            }
         again = c.post("/v1/histories/bot/agents/a1/steps", json=step)  # a retried step is a no-op
-        assert again.json() == {"step": 12}
+        assert again.json() == {"step": 12, "messages": 24}
         ctx = c.get("/v1/histories/bot/agents/a1/context").json()
         assert ctx["memory_active"] and ctx["tokens"] <= ctx["ceiling"]
         assert chat_problems(ctx["messages"]) == []

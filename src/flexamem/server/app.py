@@ -10,6 +10,7 @@ Several worker processes may serve one store (SQLite WAL or PostgreSQL; see docs
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flexamem import __version__
+from flexamem.agent import AgentSession
 from flexamem.budget import MAX_BUDGET
 from flexamem.errors import (
     BudgetError,
@@ -36,14 +38,17 @@ from flexamem.errors import (
     HistoryDroppedError,
     InvalidInputError,
     ModelUnavailableError,
+    NotFoundError,
     ServerBusyError,
     StoreClosedError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
+    UnauthorizedError,
 )
 from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
+from flexamem.render.result import Rendering
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
 from flexamem.server.metrics import Metrics, timed
@@ -83,17 +88,9 @@ class ServerConfig:
     per tenant in ``/metrics``); ``rule``: the offline rule writer."""
 
 
-class NotFound(FlexaMemError):
-    """A history, unit or session the tenant does not have (HTTP 404)."""
-
-
-class Unauthorized(FlexaMemError):
-    """No key, or a key no tenant holds (HTTP 401)."""
-
-
 STATUS = {  # the first that matches: subclasses before their bases
-    NotFound: 404,
-    Unauthorized: 401,
+    NotFoundError: 404,
+    UnauthorizedError: 401,
     BudgetError: 400,
     InvalidInputError: 400,
     HistoryDroppedError: 404,  # before its base class: a deleted agent session is gone, not busy
@@ -140,9 +137,18 @@ class MessagesIn(Strict):
     date: str | None = Field(default=None, max_length=100)
 
 
+class BatchIn(Strict):
+    sessions: list[SessionIn] = Field(min_length=1)
+
+
 class Units(BaseModel):
     history: str
     units: list[str]
+
+
+class Batch(BaseModel):
+    history: str
+    sessions: list[list[str]]
 
 
 Mode = Literal["auto", "pieces", "units"]
@@ -153,6 +159,21 @@ class RenderIn(Strict):
     budget: int = Field(ge=1, le=MAX_BUDGET, description="tokens of the whole context (memory gets 0.95 x budget)")
     mode: Mode = "auto"
     prompt: str = ""
+    order: list[str] | None = Field(default=None, description="unit ids or labels, most relevant first (units)")
+
+
+class SearchIn(Strict):
+    query: str = Field(min_length=1)
+    mode: Literal["auto", "pieces"] = "auto"
+    limit: int = Field(default=10, ge=1, le=1000)
+
+
+class HitOut(BaseModel):
+    seq: int
+    unit_id: str
+    block: int
+    turn_id: str | None
+    text: str
 
 
 class Shown(BaseModel):
@@ -160,6 +181,7 @@ class Shown(BaseModel):
     label: str
     resolution: str
     pieces: list[int]
+    verbatim_turns: list[str] = []
 
 
 class RenderOut(BaseModel):
@@ -170,6 +192,8 @@ class RenderOut(BaseModel):
     pass_through: bool
     composition: dict[str, int]
     shown: list[Shown]
+    merges_written: int = 0
+    timeline_spans: list[tuple[int, int, int]] = []
 
 
 class HistoryOut(BaseModel):
@@ -202,6 +226,7 @@ class NoteFull(NoteOut):
     fields: str
     pieces: list[PieceOut]
     digest: str
+    exact: dict[str, Any] = Field(description="every field of the note (flexamem.notes.note_from_json reads it)")
 
 
 class AgentIn(Strict):
@@ -214,6 +239,10 @@ class AgentIn(Strict):
 class AgentOut(BaseModel):
     session_id: str
     steps: int
+    messages: int = Field(description="chat messages recorded by the steps so far")
+    task: str
+    system: str
+    budget: int
 
 
 class StepIn(Strict):
@@ -221,10 +250,12 @@ class StepIn(Strict):
     observation: str = ""
     messages: list[dict[str, Any]] | None = None
     step_id: str | None = Field(default=None, max_length=200)
+    actor: str = Field(default="assistant", min_length=1, max_length=40)
 
 
 class StepOut(BaseModel):
     step: int
+    messages: int = Field(description="chat messages recorded by the session's steps so far")
 
 
 class ContextOut(BaseModel):
@@ -232,6 +263,13 @@ class ContextOut(BaseModel):
     tokens: int
     ceiling: int
     memory_active: bool
+    cut: bool = False
+    notes: int = 0
+
+
+class VerifyOut(BaseModel):
+    history: str
+    problems: list[str]
 
 
 class Dropped(BaseModel):
@@ -252,7 +290,7 @@ class LinkOut(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    type: str = Field(description="the error's class (InvalidInputError, NotFound, StoreUnavailableError, ...)")
+    type: str = Field(description="the error's class (InvalidInputError, NotFoundError, StoreUnavailableError, ...)")
     message: str
     details: list[dict[str, str]] | None = None
 
@@ -337,7 +375,7 @@ class Memories:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
         hid = f"{tenant}/{history}"
         if self.store.history_kind(hid) is None and not self.store.sessions(hid):
-            raise NotFound(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
+            raise NotFoundError(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
         return self.get(tenant, history)
 
     def histories(self, tenant: str) -> list[dict[str, Any]]:
@@ -361,21 +399,32 @@ def tenant(request: Request) -> str:
     found = keys.tenant_of(key)
     if key is None and request.url.path.startswith("/inspect/"):
         if "key" in request.query_params:
-            raise Unauthorized(
+            raise UnauthorizedError(
                 "the inspector takes no API key in the URL (browsers, proxies and shell history keep it): send "
                 "it as a header, or get a short-lived link from POST /v1/histories/{history}/inspect-link"
             )
         token = request.query_params.get("token")
         found = keys.check_link(token, request.path_params.get("history", "")) if token else None
         if found is None:
-            raise Unauthorized("an API key header, or an inspector link that is genuine and not expired, is required")
+            raise UnauthorizedError(
+                "an API key header, or an inspector link that is genuine and not expired, is required"
+            )
     if found is None:
-        raise Unauthorized("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
+        raise UnauthorizedError("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
     request.state.tenant = found
     return str(found)
 
 
 Tenant = Annotated[str, Depends(tenant)]
+RequestId = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="the caller's id of this write: a retry with the same key stores nothing more and gets "
+        "the first answer (the Python client sends one with every write)",
+    ),
+]
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -522,22 +571,42 @@ def create_app(config: ServerConfig) -> FastAPI:
         """The tenant's histories (agent sessions as ``<history>/agent:<id>``), with their note counts."""
         return memories.histories(t)
 
+    @app.get("/v1/histories/{history}", response_model=HistoryOut, responses=answers(404, 422))
+    def get_history(history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """One history of the tenant: its kind and note count (404 when it holds nothing)."""
+        mem = memories.existing(t, history)
+        return {"history": history, "kind": mem.store.history_kind(mem.history_id) or "conversation", "notes": len(mem)}
+
     @app.post("/v1/histories/{history}/sessions", response_model=Units, responses=WRITE)
-    def add_session(body: SessionIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+    def add_session(body: SessionIn, history: HistoryName, t: Tenant, request_id: RequestId = None) -> dict[str, Any]:
         """Write one conversation session (created with its history when new)."""
         mem = opened(t, history)
         turns = [x.model_dump(exclude_none=True) for x in body.turns]
         with a_write():
-            units = mem.add_session(turns, session_id=body.session_id, date=body.date)
+            units = mem.add_session(turns, session_id=body.session_id, date=body.date, request_id=request_id)
         count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
+    @app.post("/v1/histories/{history}/batch", response_model=Batch, responses=WRITE)
+    def add_sessions(body: BatchIn, history: HistoryName, t: Tenant, request_id: RequestId = None) -> dict[str, Any]:
+        """Write many sessions at once (each in its own transaction, in order; a retry with the same
+        Idempotency-Key stores only the sessions not stored yet)."""
+        mem = opened(t, history)
+        sessions = [
+            {"turns": [x.model_dump(exclude_none=True) for x in b.turns], "session_id": b.session_id, "date": b.date}
+            for b in body.sessions
+        ]
+        with a_write():
+            out = mem.add_sessions(sessions, request_id=request_id)
+        count_llm_tokens(t, mem, [u for units in out for u in units])
+        return {"history": history, "sessions": out}
+
     @app.post("/v1/histories/{history}/messages", response_model=Units, responses=WRITE)
-    def add_messages(body: MessagesIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+    def add_messages(body: MessagesIn, history: HistoryName, t: Tenant, request_id: RequestId = None) -> dict[str, Any]:
         """Write an OpenAI-format chat history as one session (tool calls and results verbatim)."""
         mem = opened(t, history)
         with a_write():
-            units = mem.add_messages(body.messages, session_id=body.session_id, date=body.date)
+            units = mem.add_messages(body.messages, session_id=body.session_id, date=body.date, request_id=request_id)
         count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
 
@@ -547,25 +616,43 @@ def create_app(config: ServerConfig) -> FastAPI:
         mem = memories.existing(t, history)
         metrics.open.set(memories.open_count)
         with timed(metrics.render_seconds, "flexamem.render"):
-            r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt)
+            r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt, order=body.order)
         metrics.tokens.inc(r.tokens)
-        return {
-            "text": r.text,
-            "tokens": r.tokens,
-            "allowance": r.allowance,
-            "mode": r.mode,
-            "pass_through": r.pass_through,
-            "composition": dict(r.composition),
-            "shown": [
-                {"unit_id": v.unit_id, "label": v.label, "resolution": v.resolution, "pieces": list(v.pieces)}
-                for v in r.shown
-            ],
-        }
+        return rendering_json(r)
+
+    @app.post("/v1/histories/{history}/search", response_model=list[HitOut], responses=answers(400, 404, 413, 422))
+    def search(body: SearchIn, history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
+        """The turns a render would recover first for the query, best first (no budget, no model call)."""
+        hits = memories.existing(t, history).search(body.query, mode=body.mode, limit=body.limit)
+        return [dataclasses.asdict(h) for h in hits]
+
+    @app.get("/v1/histories/{history}/verify", response_model=VerifyOut, responses=answers(404, 422))
+    def verify(history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Every stored row a render or agent context of the history can show, checked against its digest:
+        the problems found (each names its row), or none."""
+        return {"history": history, "problems": memories.existing(t, history).verify()}
 
     @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut], responses=answers(404, 422))
-    def notes(history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
-        """The history's notes in time order."""
-        return [note_json(n) for n in memories.existing(t, history).notes()]
+    def notes(
+        history: HistoryName,
+        t: Tenant,
+        start: Annotated[int, Query(ge=0, description="the first note's position")] = 0,
+        limit: Annotated[int | None, Query(ge=1, le=10000, description="at most this many notes")] = None,
+    ) -> list[dict[str, Any]]:
+        """The history's notes in time order (a page of them with ``start`` and ``limit``)."""
+        found = memories.existing(t, history).notes()
+        return [note_json(n) for n in found[start : None if limit is None else start + limit]]
+
+    @app.get("/v1/histories/{history}/notes-full", response_model=list[NoteFull], responses=answers(404, 422))
+    def notes_full(
+        history: HistoryName,
+        t: Tenant,
+        start: Annotated[int, Query(ge=0, description="the first note's position")] = 0,
+        limit: Annotated[int | None, Query(ge=1, le=10000, description="at most this many notes")] = None,
+    ) -> list[dict[str, Any]]:
+        """The history's notes in full (raw text, pieces, every field), a page at a time."""
+        found = memories.existing(t, history).notes()
+        return [note_json(n, full=True) for n in found[start : None if limit is None else start + limit]]
 
     @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull, responses=answers(404, 422))
     def note(history: HistoryName, unit: Annotated[str, Path(max_length=300)], t: Tenant) -> dict[str, Any]:
@@ -573,7 +660,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             n = memories.existing(t, history).note(unit)
         except InvalidInputError as exc:
-            raise NotFound(str(exc)) from None
+            raise NotFoundError(str(exc)) from None
         return note_json(n, full=True)
 
     @app.delete("/v1/histories/{history}", response_model=Dropped, responses=answers(404, 422))
@@ -588,12 +675,27 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Start an agent session under the history (or resume it, when the task and budget match)."""
         mem = opened(t, history)
         agent = mem.agent(body.task, budget=body.budget, system=body.system, session_id=body.session_id)
-        return {"session_id": agent.session_id, "steps": len(agent.steps)}
+        return agent_json(agent)
+
+    @app.get("/v1/histories/{history}/agents", response_model=list[str], responses=answers(404, 422))
+    def list_agents(history: HistoryName, t: Tenant) -> list[str]:
+        """The ids of the history's agent sessions, oldest first (none for a history that holds nothing)."""
+        return opened(t, history).sessions()
+
+    @app.get("/v1/histories/{history}/agents/{session_id}", response_model=AgentOut, responses=answers(404, 422))
+    def get_agent(history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, Any]:
+        """One agent session: its task, budget, steps and messages recorded."""
+        return agent_json(session(t, history, session_id))
+
+    @app.delete("/v1/histories/{history}/agents/{session_id}", response_model=Dropped, responses=answers(404, 422))
+    def drop_agent(history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, Any]:
+        """Delete one agent session (its steps and notes); ``dropped`` says whether it existed."""
+        return {"history": history, "dropped": opened(t, history).drop_session(session_id)}
 
     def session(t: str, history: str, sid: str) -> Any:
         mem = opened(t, history)
         if sid not in mem.sessions():
-            raise NotFound(f"no agent session {sid!r} in history {history!r}")
+            raise NotFoundError(f"no agent session {sid!r} in history {history!r}")
         return mem.agent(session_id=sid)
 
     @app.post("/v1/histories/{history}/agents/{session_id}/steps", response_model=StepOut, responses=WRITE)
@@ -601,8 +703,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Record one step (``step_id`` makes a retry idempotent)."""
         agent = session(t, history, session_id)
         with a_write():
-            number = agent.step(body.action, body.observation, messages=body.messages, step_id=body.step_id)
-        return {"step": number}
+            number = agent.step(
+                body.action, body.observation, actor=body.actor, messages=body.messages, step_id=body.step_id
+            )
+        return {"step": number, "messages": agent.message_count}
 
     @app.get(
         "/v1/histories/{history}/agents/{session_id}/context",
@@ -625,6 +729,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             "tokens": ctx.tokens,
             "ceiling": ctx.ceiling,
             "memory_active": not ctx.pass_through,
+            "cut": ctx.cut,
+            "notes": ctx.notes,
         }
 
     @app.post("/v1/histories/{history}/inspect-link", response_model=LinkOut, responses=answers(400, 404, 413, 422))
@@ -650,6 +756,41 @@ def create_app(config: ServerConfig) -> FastAPI:
         return inspector_page(memories.existing(t, history), history, query, budget, mode)
 
     return app
+
+
+def rendering_json(r: Rendering) -> dict[str, Any]:
+    """A rendering as the render route answers it (``flexamem.client`` reads it back)."""
+    return {
+        "text": r.text,
+        "tokens": r.tokens,
+        "allowance": r.allowance,
+        "mode": r.mode,
+        "pass_through": r.pass_through,
+        "composition": dict(r.composition),
+        "shown": [
+            {
+                "unit_id": v.unit_id,
+                "label": v.label,
+                "resolution": v.resolution,
+                "pieces": list(v.pieces),
+                "verbatim_turns": list(v.verbatim_turns),
+            }
+            for v in r.shown
+        ],
+        "merges_written": r.merges_written,
+        "timeline_spans": [list(s) for s in r.timeline_spans],
+    }
+
+
+def agent_json(agent: AgentSession) -> dict[str, Any]:
+    return {
+        "session_id": agent.session_id,
+        "steps": len(agent.steps),
+        "messages": agent.message_count,
+        "task": agent.task,
+        "system": agent.system,
+        "budget": agent.budget,
+    }
 
 
 def _internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -97,14 +97,21 @@ class Store(Protocol):
         epoch: str | None = None,
         create: bool = False,
         meta: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> None:
         """Add notes, their links, the model calls that wrote them, agent steps and session state in
-        one transaction (``meta``: the history row's, when these notes create it). A duplicate unit id
+        one transaction (``meta``: the history row's, when these notes create it). ``request_id``: the
+        caller's id of this write, kept with it (with the unit ids) so a retried write is stored once
+        (:meth:`written_by`); an id another write kept first raises :class:`ConcurrentWriteError`. A duplicate unit id
         raises :class:`DuplicateUnitError`; a sequence number or step number another writer took first
         raises :class:`ConcurrentWriteError`; either adds nothing. ``epoch``: the history must still have
         the epoch the writer read (else :class:`HistoryDroppedError`), or, with ``create``, the writer saw
         no history and it is created with this epoch (one another writer created first raises
         :class:`ConcurrentWriteError`)."""
+        ...
+
+    def written_by(self, history: str, request_id: str) -> list[str] | None:
+        """The unit ids a write with this ``request_id`` stored in the history, or None when none did."""
         ...
 
     def note_count(self, history: str) -> int:

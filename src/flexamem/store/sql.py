@@ -35,6 +35,7 @@ NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?,
 MERGED_COLUMNS = "m.first_seq, m.last_seq, m.level, m.text, m.tokens, m.writer, m.flagged, m.digest, n.digest"
 MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id AND n.seq = m.last_seq"
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
+REQUEST = "request:"  # state key of a write's request id (its value: the unit ids the write stored)
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
 
 
@@ -228,8 +229,10 @@ class SQLStore:
         epoch: str | None = None,
         create: bool = False,
         meta: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> None:
-        """Notes with their pieces, vectors and links, model calls, steps and state: one transaction."""
+        """Notes with their pieces, vectors and links, model calls, steps, state and the caller's
+        request id: one transaction."""
         now = time.time()
         with self._write() as conn:
             kind = notes[0].kind if notes else None
@@ -264,6 +267,15 @@ class SQLStore:
                     " ON CONFLICT (history_id, key) DO UPDATE SET value = excluded.value",
                     (history, key, json.dumps(value)),
                 )
+            if request_id is not None:  # insert-only: a second write under the id loses the race
+                try:
+                    self._run(
+                        conn,
+                        "INSERT INTO state VALUES (?,?,?)",
+                        (history, REQUEST + request_id, json.dumps([n.unit_id for n in notes])),
+                    )
+                except self.INTEGRITY as exc:
+                    raise ConcurrentWriteError(f"request {request_id!r} was stored by another writer") from exc
             for n in notes:
                 try:
                     self._run(conn, f"INSERT INTO notes VALUES ({NOTE_MARKS})", note_row(history, n, now))
@@ -445,6 +457,10 @@ class SQLStore:
             (history,) if start is None else (history, start),
         )
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+
+    def written_by(self, history: str, request_id: str) -> list[str] | None:
+        found = self.get_state(history, REQUEST + request_id)
+        return None if found is None else [str(u) for u in found]
 
     def set_state(self, history: str, key: str, value: Any, *, epoch: str | None = None) -> None:
         self.append_notes(history, [], [], state={key: value}, epoch=epoch)

@@ -1,0 +1,208 @@
+"""The wire under a memory at a URL: one request with bounded retries, over one of several servers.
+
+A :class:`Call` says what to send and how to read the answer; :class:`Transport` sends it, sync or
+async (one retry rule for both: :meth:`Transport.plan`). Connection failures, timeouts, 502/503/504
+and a 409 ``ConcurrentWriteError`` are tried again with exponential back-off (honouring
+``Retry-After``) until ``ClientSettings.retry_seconds`` have passed; a connection failure moves on to
+the next server of the list. Every write carries what makes a retry harmless (an ``Idempotency-Key``,
+a step id, a session id), so a write retried after the server stored it is stored once.
+Any other error answer becomes the library's own :class:`~flexamem.errors.FlexaMemError` subclass
+named by the server, with the server's message. ``httpx`` is imported when a transport is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from flexamem import errors
+from flexamem.config import ClientSettings
+from flexamem.errors import (
+    ConcurrentWriteError,
+    FlexaMemError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
+    UnauthorizedError,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+T = TypeVar("T")
+
+RETRIED_STATUS = {502, 503, 504}  # a proxy without a live server, a busy or restarting server
+BY_STATUS: dict[int, type[FlexaMemError]] = {
+    400: InvalidInputError,
+    401: UnauthorizedError,
+    404: NotFoundError,
+    409: ConcurrentWriteError,
+    413: InvalidInputError,
+    422: InvalidInputError,
+    503: StoreUnavailableError,
+    507: StoreFullError,
+}
+
+
+@dataclass(frozen=True)
+class Wait:
+    """An attempt failed in a way worth another: wait this many seconds first."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its JSON answer. ``headers`` carry a write's idempotency key, made
+    once with the call, so every retry sends the same one."""
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    body: Any = None
+    params: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    missing: Callable[[], T] | None = None  # the answer to a 404 (a drop of nothing: False), else raise
+
+
+def error_from(response: httpx.Response) -> FlexaMemError:
+    """The library's error for an error answer: the class the server named (when the library has it,
+    else the one for the status), with the server's message."""
+    try:
+        body = response.json()["error"]
+        kind, message = str(body["type"]), str(body["message"])
+    except (ValueError, KeyError, TypeError):
+        kind, message = "", response.text[:500] or response.reason_phrase
+    found = getattr(errors, kind, None)
+    if isinstance(found, type) and issubclass(found, FlexaMemError):
+        cls: type[FlexaMemError] = found
+    else:
+        cls = BY_STATUS.get(response.status_code, StoreError)
+    return cls(f"{message} (HTTP {response.status_code} from {response.request.url.host})")
+
+
+class Transport:
+    """Calls to one of ``urls`` (the first that answers), retried by :meth:`plan`, sync or async."""
+
+    def __init__(self, urls: list[str], key: str, settings: ClientSettings) -> None:
+        try:
+            import httpx
+        except ModuleNotFoundError as exc:  # pragma: no cover - install problem
+            raise InvalidInputError("a memory at a URL needs httpx: pip install 'flexamem[client]'") from exc
+        self.urls = urls
+        self.settings = settings
+        self.current = 0  # the server calls go to; the next one after a connection failure
+        timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
+        headers = {"Authorization": f"Bearer {key}", "User-Agent": "flexamem-client"}
+        self._sync = httpx.Client(timeout=timeout, headers=headers)
+        self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None  # per event loop
+        self._async_args = {"timeout": timeout, "headers": headers}
+        self._httpx = httpx
+
+    def close(self) -> None:
+        self._sync.close()
+        if self._async is not None:
+            loop, client = self._async
+            if not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(client.aclose())
+            self._async = None
+
+    def _request(self, call: Call[Any]) -> tuple[str, str, dict[str, Any]]:
+        url = self.urls[self.current % len(self.urls)] + call.path
+        kwargs: dict[str, Any] = {"headers": {**call.headers, **trace_headers()}}
+        if call.body is not None:
+            kwargs["json"] = call.body
+        if call.params:
+            kwargs["params"] = dict(call.params)
+        return call.method, url, kwargs
+
+    def plan(self, call: Call[T], outcome: httpx.Response | Exception, started: float, attempt: int) -> T | Wait:
+        """What an attempt's outcome means: the call's answer, or how long to wait before the next
+        attempt; raises the library's error when the outcome is final."""
+        if isinstance(outcome, Exception):
+            if not isinstance(outcome, self._httpx.TransportError):
+                raise outcome
+            self.current += 1  # this server is unreachable or cut the connection: the next one
+            failure: FlexaMemError = StoreUnavailableError(
+                f"cannot reach the FlexA-Mem server ({type(outcome).__name__}: {outcome})"
+            )
+            wait = None
+        else:
+            status = outcome.status_code
+            if status < 400:
+                return call.read(outcome.json())
+            if status == 404 and call.missing is not None:
+                return call.missing()
+            failure = error_from(outcome)
+            retryable = status in RETRIED_STATUS or (
+                status == 409 and isinstance(failure, ConcurrentWriteError) and type(failure) is ConcurrentWriteError
+            )
+            if not retryable:
+                raise failure
+            if status == 502:
+                self.current += 1
+            wait = _retry_after(outcome)
+        delay = min(self.settings.max_backoff, self.settings.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+        if wait is not None:
+            delay = min(self.settings.max_backoff, max(delay, wait))
+        if time.monotonic() - started + delay > self.settings.retry_seconds:
+            raise failure
+        return Wait(delay)
+
+    def run(self, call: Call[T]) -> T:
+        started, attempt = time.monotonic(), 0
+        while True:
+            method, url, kwargs = self._request(call)
+            try:
+                outcome: httpx.Response | Exception = self._sync.request(method, url, **kwargs)
+            except Exception as exc:
+                outcome = exc
+            result = self.plan(call, outcome, started, attempt)
+            if not isinstance(result, Wait):
+                return result
+            time.sleep(result.seconds)
+            attempt += 1
+
+    async def arun(self, call: Call[T]) -> T:
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:  # an async client serves one event loop
+            self._async = (loop, self._httpx.AsyncClient(**self._async_args))  # type: ignore[arg-type]
+        client = self._async[1]
+        started, attempt = time.monotonic(), 0
+        while True:
+            method, url, kwargs = self._request(call)
+            try:
+                outcome: httpx.Response | Exception = await client.request(method, url, **kwargs)
+            except Exception as exc:
+                outcome = exc
+            result = self.plan(call, outcome, started, attempt)
+            if not isinstance(result, Wait):
+                return result
+            await asyncio.sleep(result.seconds)
+            attempt += 1
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def trace_headers() -> dict[str, str]:
+    """The current OpenTelemetry trace context as W3C ``traceparent`` headers (none without the SDK
+    or outside a span), so a server's spans join the caller's trace."""
+    try:
+        from opentelemetry import propagate
+    except ModuleNotFoundError:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier

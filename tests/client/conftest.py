@@ -1,0 +1,1 @@
+from tests.server.conftest import server  # noqa: F401  (the real server of the HTTP tests)

@@ -1,0 +1,119 @@
+"""``fm.Memory(url, key=...)`` against a real ``flexamem serve``: the same script gives the same answers
+as a local SQLite memory; errors arrive as the library's own; retried writes are stored once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flexamem as fm
+from flexamem.client import RemoteMemory
+from flexamem.notes import note_exact
+from tests.server.conftest import Server
+
+
+def remote(server: Server, history: str | None = None, **kwargs: Any) -> fm.Memory:
+    return fm.Memory(server.url, key=server.keys["acme"], history=history or "h" + uuid.uuid4().hex[:10], **kwargs)
+
+
+def script(mem: fm.Memory) -> dict[str, Any]:
+    """What a user's program does with a memory: every write, read and agent call, and what it got."""
+    out: dict[str, Any] = {}
+    out["named"] = mem.add_session(
+        [{"speaker": "Ana", "text": "I moved to Lisbon in May; the hotel booking ref is QX-4471.", "id": "D1:1"},
+         {"speaker": "Bo", "text": "Nice! Send me a photo.", "id": "D1:2"}],
+        session_id="s1", date="2023-05-08",
+    )  # fmt: skip
+    out["unnamed"] = mem.add_session([{"speaker": "Ana", "text": "The cat is called Miso."}])
+    out["messages"] = mem.add_messages(
+        [{"role": "user", "content": "What was the booking ref?"}, {"role": "assistant", "content": "QX-4471"}]
+    )
+    out["batch"] = mem.add_sessions(
+        [{"turns": [{"speaker": "Ana", "text": "Gym on Tuesdays."}]},
+         {"turns": [{"speaker": "Bo", "text": "I only drink green tea."}], "session_id": "t9", "date": "2023-06-01"}]
+    )  # fmt: skip
+    out["async"] = asyncio.run(mem.aadd_session([{"speaker": "Bo", "text": "My sister lives in Porto."}]))
+    for mode in ("auto", "pieces", "units"):
+        r = mem.render("What is the hotel booking ref?", budget=300, mode=mode)
+        out[f"render {mode}"] = (r.text, r.tokens, r.allowance, r.pass_through, r.shown, r.composition)
+    out["arender"] = asyncio.run(mem.arender("Where does the sister live?", 200)).text
+    out["ordered"] = mem.render("cat", budget=200, mode="units", order=["u2", "u1"]).text
+    out["search"] = mem.search("Lisbon hotel", limit=3)
+    out["notes"] = [note_exact(n) for n in mem.notes()]
+    out["note"] = note_exact(mem.note("u1"))
+    agent = mem.agent("Find the hotel booking ref", budget=1500, system="You are terse.", session_id="a1")
+    for i in range(8):
+        agent.step(f"cat notes/day{i}.txt", f"day {i}: " + "walked around the old town " * 12)
+    out["context"] = agent.context().messages
+    out["units context"] = agent.context(mode="units").messages
+    out["resumed"] = mem.agent(session_id="a1").messages()
+    out["sessions"] = mem.sessions()
+    out["len"] = len(mem)
+    out["verify"] = mem.verify()
+    out["drop session"] = (mem.drop_session("a1"), mem.drop_session("a1"), mem.sessions())
+    return out
+
+
+@pytest.mark.slow
+def test_the_same_script_gives_the_same_answers_locally_and_over_http(server: Server, tmp_path: Path) -> None:
+    local = script(fm.Memory(str(tmp_path / "local.db")))
+    mem = remote(server)
+    assert isinstance(mem, RemoteMemory)
+    over_http = script(mem)
+    assert local.keys() == over_http.keys()
+    for name in local:
+        assert over_http[name] == local[name], name
+    assert mem.drop() and len(mem) == 0 and not mem.drop()
+
+
+def test_server_errors_arrive_as_the_library_errors(server: Server) -> None:
+    mem = remote(server)
+    with pytest.raises(fm.NotFoundError):
+        mem.note("u1")  # no such history
+    assert mem.notes() == [] and len(mem) == 0 and mem.sessions() == []
+    mem.add_session([{"speaker": "Ana", "text": "hello"}], session_id="s1")
+    with pytest.raises(fm.InvalidInputError, match="u9"):  # a NotFoundError is an InvalidInputError, as locally
+        mem.note("u9")
+    with pytest.raises(fm.DuplicateUnitError):
+        mem.add_session([{"speaker": "Ana", "text": "again"}], session_id="s1")
+    with pytest.raises(fm.BudgetError):
+        mem.render("hello", budget=3, prompt="a long fixed prompt " * 5)
+    with pytest.raises(fm.InvalidInputError):
+        mem.add_session([{"speaker": "Ana", "text": ""}])
+    with pytest.raises(fm.UnauthorizedError):
+        fm.Memory(server.url, key="not-a-key", history="x").render("q", 100)
+    with pytest.raises(fm.InvalidInputError, match="API key"):
+        fm.Memory(server.url, key="  ", history="x")
+    with pytest.raises(fm.InvalidInputError, match="server"):
+        fm.Memory(server.url, key="k", embedder=fm.MiniLMEmbedder())
+    with pytest.raises(fm.InvalidInputError, match="URL"):
+        fm.Memory("memory.db", key="k")
+    assert [n.raw for n in mem.notes()] == ["Ana: hello"]  # nothing of the refused calls was stored
+
+
+def test_a_retried_write_is_stored_once(server: Server) -> None:
+    mem = remote(server)
+    first = mem.add_session([{"speaker": "Ana", "text": "one"}], request_id="req-1")
+    again = mem.add_session([{"speaker": "Ana", "text": "one"}], request_id="req-1")
+    batch = mem.add_sessions([{"turns": [{"speaker": "Bo", "text": "two"}]}], request_id="req-2")
+    batch_again = mem.add_sessions([{"turns": [{"speaker": "Bo", "text": "two"}]}], request_id="req-2")
+    assert first == again and batch == batch_again
+    assert [n.raw for n in mem.notes()] == ["Ana: one", "Bo: two"]
+    agent = mem.agent("task", budget=1000, session_id="a1")
+    assert agent.step("ls", "a b", step_id="x") == agent.step("ls", "a b", step_id="x") == 1
+    assert mem.agent("task", budget=1000, session_id="a1").step_count == 1  # a retried start resumes
+
+
+def test_a_dead_server_is_a_typed_error_after_the_retry_time() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once the socket is closed
+    mem = fm.Memory(f"http://127.0.0.1:{port}", key="k", client=fm.ClientSettings(retry_seconds=0.5))
+    with pytest.raises(fm.StoreUnavailableError, match="cannot reach"):
+        mem.render("q", 100)
