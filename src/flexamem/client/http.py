@@ -98,6 +98,7 @@ class Transport:
         self.urls = urls
         self.settings = settings
         self.current = 0  # the server calls go to; the next one after a connection failure
+        self.retries = 0  # attempts after a retryable failure, over this transport's life
         timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
         headers = {"Authorization": f"Bearer {key}", "User-Agent": "flexamem-client"}
         self._sync = httpx.Client(timeout=timeout, headers=headers)
@@ -153,6 +154,7 @@ class Transport:
             delay = min(self.settings.max_backoff, max(delay, wait))
         if time.monotonic() - started + delay > self.settings.retry_seconds:
             raise failure
+        self.retries += 1
         return Wait(delay)
 
     def run(self, call: Call[T]) -> T:
