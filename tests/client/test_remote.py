@@ -117,3 +117,32 @@ def test_a_dead_server_is_a_typed_error_after_the_retry_time() -> None:
     mem = fm.Memory(f"http://127.0.0.1:{port}", key="k", client=fm.ClientSettings(retry_seconds=0.5))
     with pytest.raises(fm.StoreUnavailableError, match="cannot reach"):
         mem.render("q", 100)
+
+
+def test_the_cli_talks_to_a_server(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from flexamem.cli import main
+
+    monkeypatch.setenv("FLEXAMEM_API_KEY", server.keys["acme"])
+    monkeypatch.delenv("FLEXAMEM_DB", raising=False)
+    history = "cli" + uuid.uuid4().hex[:8]
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps([{"speaker": "Ana", "text": "My locker code is 5521."}]))
+    at = ["--url", server.url, "--history", history]
+    assert main(["add", str(turns), *at, "--session-id", "s1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["units"] == ["s1"]
+    assert main(["render", "locker code", *at, "--budget", "200"]) == 0
+    assert "5521" in capsys.readouterr().out
+    assert main(["show", "u1", *at, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["raw"] == "Ana: My locker code is 5521."
+    monkeypatch.setenv("FLEXAMEM_URL", server.url)  # the server from the environment
+    assert main(["histories", "--json"]) == 0
+    assert {"history": history, "kind": "conversation", "notes": 1} in json.loads(capsys.readouterr().out)
+    assert main(["drop", "--history", history, "--yes"]) == 0
+    assert main(["notes", "--history", history]) == 0 and "no notes" in capsys.readouterr().out
+    monkeypatch.setenv("FLEXAMEM_API_KEY", "wrong")
+    assert main(["notes", "--history", history]) == 1
+    assert "UnauthorizedError" not in (err := capsys.readouterr().err) and "API key" in err

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from flexamem.client import RemoteMemory
 from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_file_path
 from flexamem.notes import Note, note_json
@@ -58,6 +59,21 @@ def _db(args: argparse.Namespace, *, must_exist: bool = True) -> str:
     if must_exist and "://" not in db and not Path(db).is_file():
         raise InvalidInputError(f"no database at {db} (create one with: flexamem init --db {db})")
     return str(db)
+
+
+def _open(args: argparse.Namespace, *, read_only: bool = False, must_exist: bool = True) -> Memory:
+    """The memory a command names: ``--url`` (or ``FLEXAMEM_URL``; the key from ``FLEXAMEM_API_KEY``), a
+    server's, else ``--db``'s."""
+    url = getattr(args, "url", None)
+    if url and args.db:
+        raise InvalidInputError("give --db or --url, not both")
+    url = url or (None if args.db else os.environ.get("FLEXAMEM_URL"))
+    history = getattr(args, "history", "default")
+    if url:
+        args.where = url
+        return Memory(url, history=history)
+    args.where = _db(args, must_exist=must_exist)
+    return Memory(args.where, history=history, read_only=read_only)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -126,10 +142,9 @@ def _kind_of(items: list[Any]) -> str:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    db = _db(args, must_exist=False)
     items = _read_items(args.input)
     kind = args.kind or _kind_of(items)
-    with Memory(db, history=args.history) as mem:
+    with _open(args, must_exist=False) as mem:
         if kind == "steps":
             if not args.agent:
                 raise InvalidInputError("agent steps need --agent SESSION_ID (and --task/--budget to start it)")
@@ -161,9 +176,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    with Memory(_db(args), history=args.history, read_only=args.read_only) as mem:
+    with _open(args, read_only=args.read_only) as mem:
         if len(mem) == 0:
-            raise InvalidInputError(f"history {args.history!r} of {args.db} has no notes")
+            raise InvalidInputError(f"history {args.history!r} of {args.where} has no notes")
         r = mem.render(args.query, args.budget, mode=args.mode)
         if args.json:
             data = {
@@ -188,15 +203,15 @@ def _histories(mem: Memory) -> Iterator[dict[str, Any]]:
 
 
 def cmd_histories(args: argparse.Namespace) -> int:
-    with Memory(_db(args), read_only=True) as mem:
-        rows = list(_histories(mem))
+    with _open(args, read_only=True) as mem:
+        rows = mem.histories() if isinstance(mem, RemoteMemory) else list(_histories(mem))
     text = "\n".join(f"{r['history']}\t{r['kind']}\t{r['notes']} notes" for r in rows) or "no histories"
     _emit(args, rows, text)
     return 0
 
 
 def cmd_notes(args: argparse.Namespace) -> int:
-    with Memory(_db(args), history=args.history, read_only=True) as mem:
+    with _open(args, read_only=True) as mem:
         notes = mem.notes()
     lines: list[str] = []
     for note in notes:
@@ -206,7 +221,7 @@ def cmd_notes(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with Memory(_db(args), history=args.history, read_only=True) as mem:
+    with _open(args, read_only=True) as mem:
         note = mem.note(args.unit)
     data = note_json(note, full=True)
     text = "\n".join(
@@ -219,10 +234,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_drop(args: argparse.Namespace) -> int:
     if not args.yes:
         raise InvalidInputError(f"drop deletes history {args.history!r} and its agent sessions for good: add --yes")
-    with Memory(_db(args), history=args.history) as mem:
+    with _open(args) as mem:
         dropped = mem.drop()
     if not dropped:
-        raise InvalidInputError(f"no history {args.history!r} in {args.db}")
+        raise InvalidInputError(f"no history {args.history!r} in {args.where}")
     _emit(args, {"history": args.history, "dropped": True}, f"history {args.history!r} dropped")
     return 0
 
@@ -273,14 +288,19 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def add_store_commands(sub: Any) -> None:
     """Register the store verbs on the CLI's subparsers."""
 
-    def common(p: argparse.ArgumentParser, history: bool = True) -> None:
+    def common(p: argparse.ArgumentParser, history: bool = True, url: bool = True) -> None:
         p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+        if url:
+            p.add_argument(
+                "--url",
+                help="a FlexA-Mem server instead of --db (default: $FLEXAMEM_URL; key: $FLEXAMEM_API_KEY)",
+            )
         if history:
             p.add_argument("--history", default="default", help="which history of the store (default: default)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("init", help="create a store (SQLite file) or check one opens")
-    common(p, history=False)
+    common(p, history=False, url=False)
     p.set_defaults(func=cmd_init)
     p = sub.add_parser("add", help="write sessions, turns, OpenAI messages or agent steps from JSON/JSONL")
     p.add_argument("input", help="a .json or .jsonl file, or - for stdin")

@@ -175,6 +175,10 @@ class RemoteMemory(Memory):
     def __len__(self) -> int:
         return self.http.run(Call("GET", self._base, lambda d: int(d["notes"]), missing=lambda: 0))
 
+    def histories(self) -> list[dict[str, Any]]:
+        """The key's tenant's histories on the server: ``{"history", "kind", "notes"}`` each."""
+        return self.http.run(Call("GET", "/v1/histories", lambda d: [dict(h) for h in d]))
+
     # -- writing -----------------------------------------------------------------------------------------
     def _session_call(
         self, turns: Iterable[Mapping[str, Any] | Turn], session_id: str | None, date: Any, request_id: str | None
