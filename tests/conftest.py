@@ -56,3 +56,26 @@ def tenant() -> str:
     import uuid
 
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+_PROVIDER: list[object] = []
+
+
+@pytest.fixture()
+def spans() -> object:
+    """The spans finished during the test (an in-memory exporter on the process's one tracer provider,
+    set up once: OpenTelemetry takes a provider only once per process)."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if not _PROVIDER:
+        exporter = InMemorySpanExporter()
+        provider = sdk.TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        _PROVIDER.append(exporter)
+    exporter = _PROVIDER[0]
+    exporter.clear()  # type: ignore[attr-defined]
+    return exporter

@@ -45,6 +45,7 @@ from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Entry
 from flexamem.store.base import StepRow
+from flexamem.telemetry import SEARCH, UPDATE, memory_span
 from flexamem.text import clean_text, code_terms, query_terms
 from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
@@ -183,7 +184,10 @@ class AgentSession:
         known = self._known(step_id, action, observation)
         if known is not None:
             return known
-        with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
+        with (
+            memory_span(UPDATE, self.core.history_id, **{"gen_ai.conversation.id": self.session_id}),
+            self._pending(action, observation, actor, messages, step_id) as (row, drafts),
+        ):
             self.core.write(drafts, [] if not drafts else None, steps=[row], retry=False)
         return row.n + 1
 
@@ -202,7 +206,10 @@ class AgentSession:
         if known is not None:
             return known
         await asyncio.to_thread(self._alive)  # before paying for the records of a deleted session
-        with self._pending(action, observation, actor, messages, step_id) as (row, drafts):
+        with (
+            memory_span(UPDATE, self.core.history_id, **{"gen_ai.conversation.id": self.session_id}),
+            self._pending(action, observation, actor, messages, step_id) as (row, drafts),
+        ):
             records = await self.core.awrite_records(drafts)
             await asyncio.to_thread(self.core.write, drafts, records, steps=[row], retry=False)
         return row.n + 1
@@ -342,7 +349,11 @@ class AgentSession:
         key = (len(self.steps), len(self.core.history), mode, options, tuple(positions or ()))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
-        context = self._context(options, mode, positions)
+        with memory_span(
+            SEARCH, self.core.history_id, **{"gen_ai.conversation.id": self.session_id, "flexamem.mode": mode}
+        ) as span:
+            context = self._context(options, mode, positions)
+            span.set("flexamem.tokens", context.tokens)
         self._last = (key, context)
         return context
 

@@ -34,6 +34,7 @@ from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Hit, Rendering
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
+from flexamem.telemetry import DELETE, DELETE_STORE, SEARCH, UPDATE, memory_span
 from flexamem.text import clean_text, query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
@@ -222,6 +223,14 @@ class Memory:
         ``request_id`` (the caller's, e.g. a UUID) makes a retry store nothing more: a write under an id
         the history already holds returns that write's unit ids (the HTTP client sends one per call).
         """
+        with memory_span(UPDATE, self.history_id) as span:
+            units = self._add_session(turns, session_id, date, request_id)
+            span.set("flexamem.units", len(units))
+        return units
+
+    def _add_session(
+        self, turns: Iterable[Mapping[str, Any] | Turn], session_id: Any, date: Any, request_id: Any
+    ) -> list[str]:
         drafts, relabel = self._drafts(turns, session_id, date)
         rid = check_request_id(request_id)
         return [n.unit_id for n in self.core.write(drafts, relabel=relabel, request_id=rid)]
@@ -250,7 +259,10 @@ class Memory:
             turns.append(message_turn(m, f"message {i}"))
         if not turns:
             raise InvalidInputError("messages holds no message with content or tool calls")
-        return self.add_session(turns, session_id=session_id, date=date, request_id=request_id)
+        with memory_span(UPDATE, self.history_id) as span:
+            units = self._add_session(turns, session_id, date, request_id)
+            span.set("flexamem.units", len(units))
+        return units
 
     def add_sessions(
         self,
@@ -267,6 +279,14 @@ class Memory:
         units (each counts once when its record is written, once when it is stored). Returns each
         session's unit ids.
         """
+        with memory_span(UPDATE, self.history_id) as span:
+            out = self._add_sessions(sessions, progress, request_id)
+            span.set("flexamem.units", sum(len(u) for u in out))
+        return out
+
+    def _add_sessions(
+        self, sessions: Iterable[Mapping[str, Any]], progress: Progress | None, request_id: str | None
+    ) -> list[list[str]]:
         if isinstance(sessions, str | bytes | Mapping) or not isinstance(sessions, Iterable):
             raise InvalidInputError("sessions must be a list of sessions")
         rid = check_request_id(request_id)
@@ -314,6 +334,12 @@ class Memory:
     ) -> list[str]:
         """The async twin of :meth:`add_session`: the same notes, with records written by
         ``await``-ed model calls (no thread held while the model thinks)."""
+        with memory_span(UPDATE, self.history_id):
+            return await self._aadd_session(turns, session_id, date, request_id)
+
+    async def _aadd_session(
+        self, turns: Iterable[Mapping[str, Any] | Turn], session_id: Any, date: Any, request_id: Any
+    ) -> list[str]:
         drafts, relabel = self._drafts(turns, session_id, date)
         rid = check_request_id(request_id)
         done = None if rid is None else self.store.written_by(self.history_id, rid)
@@ -373,7 +399,7 @@ class Memory:
         Returns whether anything was stored. The memory is empty afterwards; so is every other
         ``Memory`` of this history, in any process, from its next call on (it finds the history's epoch
         gone and starts afresh), and agent sessions of it refuse to continue (:class:`HistoryDroppedError`)."""
-        with self.core.lock:
+        with memory_span(DELETE_STORE, self.history_id), self.core.lock:
             dropped = self.store.drop_history(self.history_id)
             self.core.reset()
         return dropped
@@ -381,7 +407,8 @@ class Memory:
     def drop_session(self, session_id: str) -> bool:
         """Delete one agent session of this history (its steps and notes). Returns whether it existed."""
         sid = clean_text(session_id, "session_id").strip()
-        return self.store.drop_history(session_history(self.history_id, sid), parent=self.history_id)
+        with memory_span(DELETE, self.history_id, **{"gen_ai.conversation.id": sid}):
+            return self.store.drop_history(session_history(self.history_id, sid), parent=self.history_id)
 
     def llm_usage(self) -> dict[str, int]:
         """Model tokens spent on this history's memory (records, repairs, merges), and saved by the cache
@@ -442,7 +469,12 @@ class Memory:
             ordered = q if order is None else dataclasses.replace(q, order=self.core.positions(order))
             return self.renderer.render(ordered, allowance, mode, options)  # type: ignore[arg-type]
 
-        return self.core.render(attempt)
+        with memory_span(
+            SEARCH, self.history_id, query=q.text, **{"flexamem.budget": budget, "flexamem.mode": mode}
+        ) as span:
+            r = self.core.render(attempt)
+            span.set("flexamem.tokens", r.tokens)
+        return r
 
     def _query(self, query: object, query_vector: object) -> Query:
         """A checked query (text and optional MiniLM vector) as renders and searches take it."""
@@ -479,6 +511,12 @@ class Memory:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidInputError(f"limit must be a positive whole number, got {limit!r}")
         q = self._query(query, query_vector)
+        with memory_span(SEARCH, self.history_id, query=q.text, **{"flexamem.mode": mode}) as span:
+            hits = self._search(q, mode, limit)
+            span.set("gen_ai.memory.search.result.count", len(hits))
+        return hits
+
+    def _search(self, q: Query, mode: str, limit: int) -> list[Hit]:
         with self.core.lock:
             self.core.sync()
             history, n = self.history, len(self.history)

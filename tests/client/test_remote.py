@@ -146,3 +146,16 @@ def test_the_cli_talks_to_a_server(
     monkeypatch.setenv("FLEXAMEM_API_KEY", "wrong")
     assert main(["notes", "--history", history]) == 1
     assert "UnauthorizedError" not in (err := capsys.readouterr().err) and "API key" in err
+
+
+def test_the_client_page_example_runs(server: Server, tmp_path: Path) -> None:
+    from tests.doors.docs_blocks import blocks, run_block
+
+    python = blocks("client.md", "python")
+    assert len(python) == 1
+    env = {"FLEXAMEM_URL": server.url, "FLEXAMEM_API_KEY": server.keys["acme"]}
+    out = run_block(python[0], "python", tmp_path, env)
+    assert "NotFoundError" in out and "Refund the hotel to my Visa ending 4417." in out
+    (tmp_path / "turns.json").write_text('[{"speaker": "Ana", "text": "Use the Amex ending 1009."}]')
+    (bash,) = blocks("client.md", "bash")
+    assert "1009" in run_block(bash, "bash", tmp_path, env)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -170,24 +171,21 @@ def test_renders_are_answered_while_a_slow_write_is_in_flight(tmp_path: Path) ->
     assert answered_during >= 4  # renders of both histories went on while the write was being embedded
 
 
-def test_renders_writes_and_contexts_are_spans_when_opentelemetry_is_set_up(tmp_path: Path) -> None:
-    sdk = pytest.importorskip("opentelemetry.sdk.trace")
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = sdk.TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)  # once per process; the server's tracer follows it
+def test_renders_writes_and_contexts_are_genai_memory_spans(tmp_path: Path, spans: Any) -> None:
     client, _ = app_client(tmp_path, offload_writes=False)
     with client:
         client.post("/v1/histories/trip/sessions", json={"session_id": "s1", "turns": TURNS})
         client.post("/v1/histories/trip/render", json={"query": "Which invoice?", "budget": 400})
         sid = client.post("/v1/histories/trip/agents", json={"task": "pay", "budget": 900}).json()["session_id"]
         client.get(f"/v1/histories/trip/agents/{sid}/context")
-    names = [s.name for s in exporter.get_finished_spans()]
-    assert {"flexamem.write", "flexamem.render", "flexamem.agent_context"} <= set(names)
+        client.delete("/v1/histories/trip")
+    found = {(s.name, s.attributes.get("gen_ai.operation.name")) for s in spans.get_finished_spans()}
+    assert {
+        ("update_memory acme/trip", "update_memory"),
+        ("search_memory acme/trip", "search_memory"),
+        (f"search_memory acme/trip/agent:{sid}", "search_memory"),
+        ("delete_memory_store acme/trip", "delete_memory_store"),
+    } <= found
 
 
 def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: OffloadedEmbedder) -> None:

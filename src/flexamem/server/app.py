@@ -52,6 +52,7 @@ from flexamem.render.result import Rendering
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
 from flexamem.server.metrics import Metrics, timed
+from flexamem.telemetry import remote_parent
 from flexamem.write.embed import Embedder
 from flexamem.write.records import RecordWriter
 
@@ -476,7 +477,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             )
         metrics.backlog.inc()
         try:
-            with timed(metrics.write_seconds, "flexamem.write"), writing():
+            with timed(metrics.write_seconds), writing():
                 yield
         finally:
             metrics.backlog.dec()
@@ -507,7 +508,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                 )
             else:
                 try:
-                    response = await call_next(request)
+                    with remote_parent(request.headers):  # the caller's trace, when it sent one
+                        response = await call_next(request)
                 except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
                     response = _internal_error(request, exc)
         seconds = time.perf_counter() - start
@@ -615,7 +617,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         """The memory for one query within the budget (no model call)."""
         mem = memories.existing(t, history)
         metrics.open.set(memories.open_count)
-        with timed(metrics.render_seconds, "flexamem.render"):
+        with timed(metrics.render_seconds):
             r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt, order=body.order)
         metrics.tokens.inc(r.tokens)
         return rendering_json(r)
@@ -721,7 +723,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     ) -> dict[str, Any]:
         """The next model call's messages: always valid OpenAI chat messages within the ceiling."""
         agent = session(t, history, session_id)
-        with timed(metrics.context_seconds, "flexamem.agent_context"):
+        with timed(metrics.context_seconds):
             ctx = agent.context(mode=mode)
         metrics.tokens.inc(ctx.tokens)
         return {

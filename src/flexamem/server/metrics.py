@@ -1,5 +1,5 @@
 """What a server does, for Prometheus to scrape at ``/metrics`` (prometheus_client, the ``server``
-extra) and, when the OpenTelemetry SDK is installed and configured, as spans.
+extra); spans are the library's own (:mod:`flexamem.telemetry`).
 
 Series (labels bounded: a route is its template, never a history or key):
 
@@ -81,29 +81,8 @@ class Metrics:
 
 
 @contextlib.contextmanager
-def timed(histogram: Histogram, span: str) -> Iterator[None]:
-    """Observe the block's seconds in ``histogram``, inside an OpenTelemetry span when the SDK is set up."""
+def timed(histogram: Histogram) -> Iterator[None]:
+    """Observe the block's seconds in ``histogram`` (the library's own spans trace the call)."""
     start = time.perf_counter()
-    with _span(span):
-        yield
+    yield
     histogram.observe(time.perf_counter() - start)
-
-
-def _span(name: str) -> contextlib.AbstractContextManager[Any]:
-    tracer = _tracer()
-    return tracer.start_as_current_span(name) if tracer is not None else contextlib.nullcontext()
-
-
-_TRACER: list[Any] = []
-
-
-def _tracer() -> Any:
-    """The ``flexamem`` tracer when OpenTelemetry is installed (a no-op until an SDK provider is set)."""
-    if not _TRACER:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _TRACER.append(None)
-        else:
-            _TRACER.append(trace.get_tracer("flexamem"))
-    return _TRACER[0]
