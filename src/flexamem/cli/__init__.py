@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from flexamem.agent import AgentContext, AgentSession
+from flexamem.cli.demo import DEMO_AGENT_BUDGET, DEMO_AGENT_STEPS, DEMO_TASK
 from flexamem.cli.llm import (
     add_commands,
 )
@@ -47,19 +50,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "--- what it shows, and why ---",
             *_explain(mem, r),
         ]
-        agent = mem.agent(task="Find the booking reference of the Lisbon hotel", budget=600)
-        for i in range(8):
-            agent.step(
-                action=f"search_bookings(page={i})",
-                observation=f"page {i}: " + ", ".join(f"booking B-{i}{j} (city {j})" for j in range(12)),
-            )
+        agent = mem.agent(task=DEMO_TASK, budget=DEMO_AGENT_BUDGET)
+        for action, observation in DEMO_AGENT_STEPS:
+            agent.step(action=action, observation=observation)
         ctx = agent.context()
         lines += [
             "",
-            f"--- agent context after 8 steps: {len(ctx.messages)} messages, {ctx.tokens} tokens "
-            f"(ceiling {ctx.ceiling}) ---",
+            f"--- agent: {len(DEMO_AGENT_STEPS)} steps, budget {DEMO_AGENT_BUDGET}; the next call's context: "
+            f"{len(ctx.messages)} messages, {ctx.tokens} tokens (ceiling {ctx.ceiling}) ---",
+            *(f"[{m['role']}] {m['content']}" for m in ctx.messages),
+            "",
+            _agent_why(agent, ctx),
         ]
-        lines += [f"[{m['role']}] {m['content']}" for m in ctx.messages]
     lines += [
         "",
         f"Database: {db}",
@@ -67,6 +69,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ]
     print("\n".join(lines))
     return 0
+
+
+def _agent_why(agent: AgentSession, ctx: AgentContext) -> str:
+    """One line on why the answer to the demo task is in the context (computed, not claimed)."""
+    from flexamem.cli.demo import DEMO_REFERENCE
+
+    units = agent.units()
+    window = [agent.steps[i].number for k in ctx.window_units for i in units[k]]
+    shown = ctx.memory.verbatim_turns if ctx.memory is not None else set()
+    found = [s for s in agent.steps if DEMO_REFERENCE in s.observation]
+    if not found or not any(DEMO_REFERENCE in str(m["content"]) for m in ctx.messages):
+        return f"the answer ({DEMO_REFERENCE}) is not in this context"
+    step = found[0]
+    if step.number in window:
+        return f"the answer ({DEMO_REFERENCE}) is in the recent window (step {step.number}), kept raw"
+    task_words = {w for w in re.findall(r"[a-z]+", agent.task.lower()) if len(w) > 3}
+    shared = sorted(task_words & set(re.findall(r"[a-z]+", f"{step.action} {step.observation}".lower())))
+    return (
+        f"why step {step.number} is there: it left the recent window (steps {window[0]}-{window[-1]} are sent raw); "
+        f"auto ranked the past steps' pieces by stemmed BM25 against the task and the newest step, its output "
+        f"shares {', '.join(repr(w) for w in shared)} with the task, so it is shown "
+        f"{'verbatim' if f'step {step.number}' in shown else 'in part'}: {DEMO_REFERENCE}"
+    )
 
 
 def _explain(mem: Memory, r: Rendering) -> list[str]:
