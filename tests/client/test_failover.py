@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import flexamem as fm
 from flexamem.server.keys import KeyFile
 from tests.client.fleet import RoundRobin, ServerProcess
+from tests.client.test_remote import script
 from tests.conftest import NO_POSTGRES, POSTGRES_URL
 
 pytestmark = pytest.mark.integration
@@ -112,12 +114,40 @@ def test_answers_lost_on_the_way_back_are_retried_without_storing_twice(tmp_path
         server.stop()
 
 
-@NO_POSTGRES
-def test_a_fleet_on_postgres_carries_on_through_the_other_servers_when_one_is_killed(tmp_path: Path) -> None:
+@pytest.fixture()
+def fleet(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], str]]:
+    """Two servers on the test PostgreSQL (a tenant no other test uses) and the key."""
+    if not POSTGRES_URL:
+        pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set")
     keyfile = tmp_path / "keys.json"
-    key = KeyFile(str(keyfile)).add_key("t" + uuid.uuid4().hex[:8])  # a tenant no other test uses
-    assert POSTGRES_URL
+    key = KeyFile(str(keyfile)).add_key("t" + uuid.uuid4().hex[:8])
     servers = [ServerProcess(POSTGRES_URL, keyfile, tmp_path / f"s{i}.log").start() for i in range(2)]
+    yield servers, key
+    for s in servers:
+        s.stop()
+
+
+@NO_POSTGRES
+def test_the_same_script_through_two_servers_on_postgres_gives_the_local_answers(
+    fleet: tuple[list[ServerProcess], str], tmp_path: Path
+) -> None:
+    servers, key = fleet
+    proxy = RoundRobin([s.port for s in servers])  # requests spread over both servers
+    try:
+        local = script(fm.Memory(str(tmp_path / "local.db")))
+        remote = script(fm.Memory(proxy.url, key=key, history="same"))
+        assert all(proxy.connections), proxy.connections
+    finally:
+        proxy.close()
+    for name in local:
+        assert remote[name] == local[name], name
+
+
+@NO_POSTGRES
+def test_a_fleet_on_postgres_carries_on_through_the_other_servers_when_one_is_killed(
+    fleet: tuple[list[ServerProcess], str],
+) -> None:
+    servers, key = fleet
     proxy = RoundRobin([s.port for s in servers], lose=0.1)  # and a tenth of the answers lost on the way
     stop = threading.Event()
     writers = [Writer(proxy.url, key, f"w{i}", stop) for i in range(2)]
@@ -129,5 +159,3 @@ def test_a_fleet_on_postgres_carries_on_through_the_other_servers_when_one_is_ki
             w.check(key, servers[1].url)
     finally:
         proxy.close()
-        for s in servers:
-            s.stop()
