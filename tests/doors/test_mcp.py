@@ -1,6 +1,7 @@
 """The MCP server, driven by the official SDK's own stdio client."""
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -12,15 +13,16 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import flexamem as fm
+from tests.server.conftest import Server
 
 
 def text_of(result) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
-async def session_run(db: Path) -> dict[str, object]:
+async def session_run(where: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "flexamem", "mcp", "--db", str(db), "--history", "me"]
+        command=sys.executable, args=["-m", "flexamem", "mcp", *where, "--history", "me"], env=env
     )
     out: dict[str, object] = {}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -47,7 +49,7 @@ async def session_run(db: Path) -> dict[str, object]:
 
 def test_remember_and_recall_over_stdio(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    out = asyncio.run(session_run(db))
+    out = asyncio.run(session_run(["--db", str(db)]))
     assert out["tools"] == ["notes", "recall", "remember"]
     recalled = str(out["recall"])
     assert "12C" in recalled and "TP1351" in recalled
@@ -55,3 +57,12 @@ def test_remember_and_recall_over_stdio(tmp_path: Path) -> None:
     assert "u1 · 2024-05-08" in str(out["notes"])
     assert out["bad"][0] is True and "max_tokens" in out["bad"][1]  # type: ignore[index]
     assert len(fm.Memory(db, history="me")) == 32  # the same store, readable by the library
+
+
+def test_the_mcp_door_serves_a_memory_on_a_server(server: Server, tmp_path: Path) -> None:
+    env = {**os.environ, "FLEXAMEM_API_KEY": server.keys["acme"]}
+    out = asyncio.run(session_run(["--url", server.url], env))  # history "me" of the key's tenant
+    assert "12C" in str(out["recall"]) and fm.count(str(out["recall"])) <= 120
+    mem = fm.Memory(server.url, key=server.keys["acme"], history="me")
+    assert len(mem) == 32 and "Booked seat 12C on TP1351." in mem.note("u2").raw
+    mem.drop()

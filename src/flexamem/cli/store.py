@@ -281,7 +281,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from flexamem.server.mcp import run_stdio
     except ImportError:
         raise InvalidInputError("the MCP server needs: pip install 'flexamem[mcp]'") from None
-    run_stdio(_db(args, must_exist=False), args.history)
+    run_stdio(_open(args, must_exist=False))
     return 0
 
 
@@ -362,5 +362,6 @@ def add_store_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+    p.add_argument("--url", help="a FlexA-Mem server instead of --db (default: $FLEXAMEM_URL; key: $FLEXAMEM_API_KEY)")
     p.add_argument("--history", default="default", help="which history of the store (default: default)")
     p.set_defaults(func=cmd_mcp)

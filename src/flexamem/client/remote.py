@@ -32,6 +32,7 @@ from flexamem.notes import Note, Turn, note_from_json
 from flexamem.render.renderer import RenderOptions
 from flexamem.render.result import Hit, Rendering, UnitView
 from flexamem.store.base import Store
+from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter
 
@@ -130,6 +131,7 @@ class RemoteMemory(Memory):
         if not isinstance(history, str) or not history.strip():
             raise InvalidInputError(f"history must be a non-empty string, got {history!r}")
         self.history_id = history.strip()
+        self.counter: TokenCounter = counter()  # counting is local and exact (o200k), as on the server
         self.urls = urls
         self.http = Transport(urls, key.strip(), client or ClientSettings())
         self._base = f"/v1/histories/{quote(self.history_id, safe='')}"

@@ -9,6 +9,9 @@ Tools:
 An MCP client (Claude Desktop, an IDE, an agent framework) starts it as a subprocess::
 
     {"command": "flexamem", "args": ["mcp", "--db", "/path/memory.db", "--history", "me"]}
+
+or, for a memory on a FlexA-Mem server, ``["mcp", "--url", "https://...", "--history", "me"]`` with the
+key in ``FLEXAMEM_API_KEY``.
 """
 
 from __future__ import annotations
@@ -206,7 +209,8 @@ def screened_stdio() -> Iterator[None]:
         threads[1].join(10)
 
 
-def run_stdio(db: str, history: str = "default") -> None:
-    """Serve ``db``'s ``history`` over stdin/stdout until the client closes it."""
-    with Memory(db, history=history) as mem, screened_stdio():
+def run_stdio(mem: Memory) -> None:
+    """Serve ``mem`` (a local memory, or one at a server's URL) over stdin/stdout until the client
+    closes it."""
+    with mem, screened_stdio():
         build_server(mem).run("stdio")
