@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
@@ -440,7 +440,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         if endpoint is None:
             raise InvalidInputError("records='llm' needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL")
         writer = LLMWriter(endpoint.client())
-    memories = Memories(config.db, config.max_open, OffloadedEmbedder() if config.offload_writes else None, writer)
+    offloaded = OffloadedEmbedder() if config.offload_writes else None
+    memories = Memories(config.db, config.max_open, offloaded, writer)
     metrics = Metrics()
 
     def opened(t: str, history: str) -> Memory:
@@ -483,7 +484,16 @@ def create_app(config: ServerConfig) -> FastAPI:
             metrics.backlog.dec()
             pending.release()
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if offloaded is not None:
+            offloaded.warm()  # started with the server: the first write would wait for the process and its model
+        yield
+        if offloaded is not None:
+            offloaded.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="FlexA-Mem",
         version=__version__,
         description="A write-once memory for LLM agents and readers, rendered fresh under any token budget.",

@@ -83,6 +83,11 @@ class OffloadedEmbedder:
                 )
             return self._pool
 
+    def warm(self) -> None:
+        """Start the embedding process and load its model now (not at the first write, which would
+        wait for both), without waiting for it."""
+        self._executor().submit(_embed, ["warm"])
+
     def _restart(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:
             if self._pool is broken:
