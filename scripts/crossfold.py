@@ -45,7 +45,7 @@ GRID: dict[str, list[Any]] = {
 }
 VARIANTS = tuple(AUTO_ABLATIONS)  # auto and each of its switches turned off, as the harness's methods
 
-Scores = dict[tuple[str, int], float]  # (item, budget) -> evidence_verbatim
+Scores = dict[tuple[str, int], float]  # (item, budget) -> evidence_verbatim (or --measure)
 
 
 def histories(data: Path) -> dict[str, list[QAHistory]]:
@@ -77,9 +77,14 @@ def folds(sets: dict[str, list[QAHistory]], k: int) -> dict[str, int]:
 
 
 def score_all(
-    sets: dict[str, list[QAHistory]], stores: Path, grid: dict[str, list[Any]], variants: Sequence[str]
+    sets: dict[str, list[QAHistory]],
+    stores: Path,
+    grid: dict[str, list[Any]],
+    variants: Sequence[str],
+    measure_name: str = "evidence_verbatim",
 ) -> dict[str, dict[str, Scores]]:
-    """setting=value -> data set -> scores, for every value of ``grid`` and every variant."""
+    """setting=value -> data set -> scores (``measure_name`` of the harness's measures, per question and
+    budget), for every value of ``grid`` and every variant."""
     results: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(dict))
     for name, hs in sets.items():
         for n, h in enumerate(hs):
@@ -100,7 +105,7 @@ def score_all(
                         out = METHODS[method](ctx, q.question, b)
                         row = measure(out, q, turns, pieces, prompt[q.item_id], b)
                         assert row["within_budget"], (key, q.item_id, b)
-                        results[key][name][(q.item_id, b)] = row["evidence_verbatim"]
+                        results[key][name][(q.item_id, b)] = float(row[measure_name])
             ctx.mem.settings = base
             close_context(ctx)
             print(f"{name} {n + 1}/{len(hs)} {h.history_id}: {time.perf_counter() - start:.1f} s", flush=True)
@@ -179,6 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--settings",
         help="score only these settings (comma-separated; and auto itself), adding them to the saved scores",
     )
+    parser.add_argument(
+        "--measure",
+        default="evidence_verbatim",
+        choices=["evidence_verbatim", "answer_contained"],
+        help="what each question scores (answer_contained: the answer string is in the memory)",
+    )
     args = parser.parse_args(argv)
     sets = histories(Path(args.data))
     fold_of = folds(sets, args.folds)
@@ -195,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if unknown:
                 parser.error(f"no grid for {', '.join(unknown)} (there: {', '.join(GRID)})")
             grid, variants = {s: GRID[s] for s in wanted}, ("auto",)
-        results = score_all(sets, Path(args.stores), grid, variants)
+        results = score_all(sets, Path(args.stores), grid, variants, args.measure)
         if args.settings and scores_path.exists():  # the other settings' scores from the earlier run stay
             results = {**unflatten(json.loads(scores_path.read_text())), **results}
         flat = {key: {name: [[i, b, v] for (i, b), v in s.items()] for name, s in by.items()}
