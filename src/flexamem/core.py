@@ -220,12 +220,13 @@ class HistoryCore:
                 return len(notes)
             raise ConcurrentWriteError(f"history {self.history_id!r} kept being dropped while it was read")
 
-    def notes(self) -> list[Note]:
-        """Every note, oldest first, with its current links (later notes add back-links)."""
+    def notes(self, start: int = 0, stop: int | None = None) -> list[Note]:
+        """Notes ``start..stop`` (every note by default), oldest first, with their current links (later
+        notes add back-links); a page copies only its own notes."""
         with self.lock:
             self.sync()
             history = self.history
-            return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes]
+            return [dataclasses.replace(n, links=tuple(history.links[n.seq])) for n in history.notes[start:stop]]
 
     def note(self, seq: int) -> Note:
         """Note ``seq`` with its current links (one note: O(1), where :meth:`notes` copies them all)."""

@@ -425,9 +425,10 @@ class Memory:
         return out
 
     # -- reading -----------------------------------------------------------------------------------
-    def notes(self) -> list[Note]:
-        """Every note, oldest first, with its current links (later notes add back-links)."""
-        return self.core.notes()
+    def notes(self, start: int = 0, stop: int | None = None) -> list[Note]:
+        """Every note (or positions ``start..stop``), oldest first, with its current links (later notes
+        add back-links)."""
+        return self.core.notes(start, stop)
 
     def note(self, unit_id: str) -> Note:
         """The note of a unit, by its id (``note.unit_id``) or by the label renders show (``note.label``,

@@ -57,6 +57,18 @@ class Span:
             self._span.set_attribute(key, value)
 
 
+def trace_headers() -> dict[str, str]:
+    """The current trace context as W3C ``traceparent`` headers (none without OpenTelemetry or outside
+    a span), so a server's spans join the caller's trace (the client sends them)."""
+    if tracer() is None:
+        return {}
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
 @contextlib.contextmanager
 def remote_parent(headers: Any) -> Iterator[None]:
     """Within the block, spans are children of the trace context the caller's headers carry (W3C

@@ -20,6 +20,7 @@ from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_file_path
 from flexamem.notes import Note, note_json
 from flexamem.render.renderer import MODES
+from flexamem.render.result import rendering_json
 
 
 def print_note(note: Note, out: list[str]) -> None:
@@ -181,15 +182,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             raise InvalidInputError(f"history {args.history!r} of {args.where} has no notes")
         r = mem.render(args.query, args.budget, mode=args.mode)
         if args.json:
-            data = {
-                "text": r.text,
-                "tokens": r.tokens,
-                "allowance": r.allowance,
-                "mode": r.mode,
-                "pass_through": r.pass_through,
-                "composition": r.composition,
-                "shown": [{"unit_id": v.unit_id, "label": v.label, "resolution": v.resolution} for v in r.shown],
-            }
+            data = rendering_json(r)
             print(json.dumps(data, ensure_ascii=False, indent=2))
         else:
             print(r.text)

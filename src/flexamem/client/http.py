@@ -1,13 +1,13 @@
 """The wire under a memory at a URL: one request with bounded retries, over one of several servers.
 
-A :class:`Call` says what to send and how to read the answer; :class:`Transport` sends it, sync or
-async (one retry rule for both: :meth:`Transport.plan`). Connection failures, timeouts, 502/503/504
-and a 409 ``ConcurrentWriteError`` are tried again with exponential back-off (honouring
-``Retry-After``) until ``ClientSettings.retry_seconds`` have passed; a connection failure moves on to
-the next server of the list. Every write carries what makes a retry harmless (an ``Idempotency-Key``,
-a step id, a session id), so a write retried after the server stored it is stored once.
-Any other error answer becomes the library's own :class:`~flexamem.errors.FlexaMemError` subclass
-named by the server, with the server's message. ``httpx`` is imported when a transport is made.
+A :class:`Call` says what to send and how to read the answer; :class:`Transport` sends it, sync or async (one
+retry rule for both: :meth:`Transport.plan`). Connection failures, timeouts, a busy or unreachable store or
+server (503), a proxy's 502/504 and a 409 ``ConcurrentWriteError`` are tried again with exponential back-off
+(honouring ``Retry-After``) until ``ClientSettings.retry_seconds`` have passed; a connection failure moves on
+to the next server of the list. Every write carries what makes a retry harmless (an ``Idempotency-Key``, a
+step id, a session id), so a write retried after the server stored it is stored once. Any other error answer
+becomes the library's own :class:`~flexamem.errors.FlexaMemError` subclass named by the server, with the
+server's message. ``httpx`` is imported when a transport is made.
 """
 
 from __future__ import annotations
@@ -26,18 +26,22 @@ from flexamem.errors import (
     FlexaMemError,
     InvalidInputError,
     NotFoundError,
+    ServerBusyError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
     UnauthorizedError,
 )
+from flexamem.telemetry import trace_headers
 
 if TYPE_CHECKING:
     import httpx
 
 T = TypeVar("T")
 
-RETRIED_STATUS = {502, 503, 504}  # a proxy without a live server, a busy or restarting server
+# what is worth another attempt: a busy or unreachable store or server, a lost race (a 409 that is not a
+# taken name), and a proxy's 502/504 without a live server behind it (no FlexA-Mem error in its body)
+RETRIED_ERRORS = {StoreUnavailableError, ServerBusyError, ConcurrentWriteError}
 BY_STATUS: dict[int, type[FlexaMemError]] = {
     400: InvalidInputError,
     401: UnauthorizedError,
@@ -141,9 +145,7 @@ class Transport:
             if status == 404 and call.missing is not None:
                 return call.missing()
             failure = error_from(outcome)
-            retryable = status in RETRIED_STATUS or (
-                status == 409 and isinstance(failure, ConcurrentWriteError) and type(failure) is ConcurrentWriteError
-            )
+            retryable = type(failure) in RETRIED_ERRORS or (status in (502, 504) and type(failure) is StoreError)
             if not retryable:
                 raise failure
             if status == 502:
@@ -196,15 +198,3 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
-
-
-def trace_headers() -> dict[str, str]:
-    """The current OpenTelemetry trace context as W3C ``traceparent`` headers (none without the SDK
-    or outside a span), so a server's spans join the caller's trace."""
-    try:
-        from opentelemetry import propagate
-    except ModuleNotFoundError:
-        return {}
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return carrier

@@ -30,7 +30,7 @@ from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_request_id
 from flexamem.notes import Note, Turn, note_from_json
 from flexamem.render.renderer import RenderOptions
-from flexamem.render.result import Hit, Rendering, UnitView
+from flexamem.render.result import Hit, Rendering, rendering_from_json
 from flexamem.store.base import Store
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
@@ -39,31 +39,6 @@ from flexamem.write.records import Progress, RecordWriter
 T = TypeVar("T")
 NOTES_PAGE = 500  # notes per request when all of them are read
 KEY_ENV = "FLEXAMEM_API_KEY"
-
-
-def rendering_from_json(data: Mapping[str, Any]) -> Rendering:
-    """The :class:`Rendering` a render route answered (``shown`` included, built from the labels)."""
-    views = [
-        UnitView(
-            int(v["label"][1:]) - 1,
-            v["unit_id"],
-            v["resolution"],
-            tuple(v["pieces"]),
-            tuple(v.get("verbatim_turns", ())),
-        )
-        for v in data["shown"]
-    ]
-    return Rendering(
-        text=data["text"],
-        tokens=data["tokens"],
-        allowance=data["allowance"],
-        mode=data["mode"],
-        views=views,
-        composition=dict(data["composition"]),
-        pass_through=data["pass_through"],
-        merges_written=data.get("merges_written", 0),
-        timeline_spans=tuple((int(a), int(b), int(c)) for a, b, c in data.get("timeline_spans", ())),
-    )
 
 
 def _turn(t: Mapping[str, Any] | Turn) -> dict[str, Any]:
@@ -257,7 +232,7 @@ class RemoteMemory(Memory):
     def sessions(self) -> list[str]:
         return self.http.run(Call("GET", self._base + "/agents", lambda d: [str(s) for s in d]))
 
-    def notes(self) -> list[Note]:
+    def notes(self, start: int = 0, stop: int | None = None) -> list[Note]:
         out: list[Note] = []
 
         def read(d: list[dict[str, Any]]) -> list[Note]:
@@ -267,10 +242,14 @@ class RemoteMemory(Memory):
             return []
 
         while True:
-            params = {"start": len(out), "limit": NOTES_PAGE}
+            first = start + len(out)
+            size = NOTES_PAGE if stop is None else min(NOTES_PAGE, stop - first)
+            if size <= 0:
+                return out
+            params = {"start": first, "limit": size}
             page = self.http.run(Call("GET", self._base + "/notes-full", read, params=params, missing=none))
             out += page
-            if len(page) < NOTES_PAGE:
+            if len(page) < size:
                 return out
 
     def note(self, unit_id: str) -> Note:
@@ -291,9 +270,8 @@ class RemoteMemory(Memory):
     ) -> Call[Rendering]:
         if options is not None or query_vector is not None:
             raise InvalidInputError("options= and query_vector= are not sent to a server (render with its settings)")
-        body = {"query": query, "budget": budget, "mode": mode, "prompt": prompt, "order": order}
-        if order is not None:
-            body["order"] = list(order)
+        body = {"query": query, "budget": budget, "mode": mode, "prompt": prompt}
+        body["order"] = list(order) if order is not None else None
         return Call("POST", self._base + "/render", rendering_from_json, body)
 
     def render(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from flexamem.notes import unit_label
 
@@ -82,3 +82,53 @@ class Rendering:
     @property
     def verbatim_turns(self) -> set[str]:
         return {t for v in self.shown for t in v.verbatim_turns}
+
+
+def rendering_json(r: Rendering) -> dict[str, Any]:
+    """A rendering as JSON (the server's render route, ``flexamem render --json``); read back by
+    :func:`rendering_from_json`."""
+    return {
+        "text": r.text,
+        "tokens": r.tokens,
+        "allowance": r.allowance,
+        "mode": r.mode,
+        "pass_through": r.pass_through,
+        "composition": dict(r.composition),
+        "shown": [
+            {
+                "unit_id": v.unit_id,
+                "label": v.label,
+                "resolution": v.resolution,
+                "pieces": list(v.pieces),
+                "verbatim_turns": list(v.verbatim_turns),
+            }
+            for v in r.shown
+        ],
+        "merges_written": r.merges_written,
+        "timeline_spans": [list(s) for s in r.timeline_spans],
+    }
+
+
+def rendering_from_json(data: Mapping[str, Any]) -> Rendering:
+    """The :class:`Rendering` :func:`rendering_json` wrote (views rebuilt from their labels)."""
+    views = [
+        UnitView(
+            int(v["label"][1:]) - 1,
+            v["unit_id"],
+            v["resolution"],
+            tuple(v["pieces"]),
+            tuple(v.get("verbatim_turns", ())),
+        )
+        for v in data["shown"]
+    ]
+    return Rendering(
+        text=data["text"],
+        tokens=data["tokens"],
+        allowance=data["allowance"],
+        mode=data["mode"],
+        views=views,
+        composition=dict(data["composition"]),
+        pass_through=data["pass_through"],
+        merges_written=data.get("merges_written", 0),
+        timeline_spans=tuple((int(a), int(b), int(c)) for a, b, c in data.get("timeline_spans", ())),
+    )

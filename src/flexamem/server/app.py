@@ -48,7 +48,7 @@ from flexamem.errors import (
 )
 from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
-from flexamem.render.result import Rendering
+from flexamem.render.result import rendering_json
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
 from flexamem.server.metrics import Metrics, timed
@@ -417,6 +417,8 @@ def tenant(request: Request) -> str:
 
 
 Tenant = Annotated[str, Depends(tenant)]
+Start = Annotated[int, Query(ge=0, description="the first note's position")]
+Limit = Annotated[int | None, Query(ge=1, le=10000, description="at most this many notes")]
 RequestId = Annotated[
     str | None,
     Header(
@@ -644,27 +646,19 @@ def create_app(config: ServerConfig) -> FastAPI:
         the problems found (each names its row), or none."""
         return {"history": history, "problems": memories.existing(t, history).verify()}
 
+    def page(t: str, history: str, start: int, limit: int | None, full: bool) -> list[dict[str, Any]]:
+        found = memories.existing(t, history).notes(start, None if limit is None else start + limit)
+        return [note_json(n, full=full) for n in found]
+
     @app.get("/v1/histories/{history}/notes", response_model=list[NoteOut], responses=answers(404, 422))
-    def notes(
-        history: HistoryName,
-        t: Tenant,
-        start: Annotated[int, Query(ge=0, description="the first note's position")] = 0,
-        limit: Annotated[int | None, Query(ge=1, le=10000, description="at most this many notes")] = None,
-    ) -> list[dict[str, Any]]:
+    def notes(history: HistoryName, t: Tenant, start: Start = 0, limit: Limit = None) -> list[dict[str, Any]]:
         """The history's notes in time order (a page of them with ``start`` and ``limit``)."""
-        found = memories.existing(t, history).notes()
-        return [note_json(n) for n in found[start : None if limit is None else start + limit]]
+        return page(t, history, start, limit, full=False)
 
     @app.get("/v1/histories/{history}/notes-full", response_model=list[NoteFull], responses=answers(404, 422))
-    def notes_full(
-        history: HistoryName,
-        t: Tenant,
-        start: Annotated[int, Query(ge=0, description="the first note's position")] = 0,
-        limit: Annotated[int | None, Query(ge=1, le=10000, description="at most this many notes")] = None,
-    ) -> list[dict[str, Any]]:
+    def notes_full(history: HistoryName, t: Tenant, start: Start = 0, limit: Limit = None) -> list[dict[str, Any]]:
         """The history's notes in full (raw text, pieces, every field), a page at a time."""
-        found = memories.existing(t, history).notes()
-        return [note_json(n, full=True) for n in found[start : None if limit is None else start + limit]]
+        return page(t, history, start, limit, full=True)
 
     @app.get("/v1/histories/{history}/notes/{unit}", response_model=NoteFull, responses=answers(404, 422))
     def note(history: HistoryName, unit: Annotated[str, Path(max_length=300)], t: Tenant) -> dict[str, Any]:
@@ -768,30 +762,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         return inspector_page(memories.existing(t, history), history, query, budget, mode)
 
     return app
-
-
-def rendering_json(r: Rendering) -> dict[str, Any]:
-    """A rendering as the render route answers it (``flexamem.client`` reads it back)."""
-    return {
-        "text": r.text,
-        "tokens": r.tokens,
-        "allowance": r.allowance,
-        "mode": r.mode,
-        "pass_through": r.pass_through,
-        "composition": dict(r.composition),
-        "shown": [
-            {
-                "unit_id": v.unit_id,
-                "label": v.label,
-                "resolution": v.resolution,
-                "pieces": list(v.pieces),
-                "verbatim_turns": list(v.verbatim_turns),
-            }
-            for v in r.shown
-        ],
-        "merges_written": r.merges_written,
-        "timeline_spans": [list(s) for s in r.timeline_spans],
-    }
 
 
 def agent_json(agent: AgentSession) -> dict[str, Any]:
