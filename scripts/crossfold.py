@@ -31,6 +31,7 @@ from typing import Any
 import flexamem as fm
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem_bench.datasets import QAHistory, locomo_histories, longmemeval_histories
+from flexamem_bench.folds import choose, deal
 from flexamem_bench.harness import close_context, measure, open_context, turn_pieces
 from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
@@ -60,20 +61,12 @@ def histories(data: Path) -> dict[str, list[QAHistory]]:
 
 def folds(sets: dict[str, list[QAHistory]], k: int) -> dict[str, int]:
     """item -> fold: a LoCoMo conversation per fold; LongMemEval questions dealt by type."""
-    out: dict[str, int] = {}
-    for i, h in enumerate(sets["locomo"]):
-        for q in h.questions:
-            out[q.item_id] = i % k
+    out = {q.item_id: i % k for i, h in enumerate(sets["locomo"]) for q in h.questions}
     by_type: dict[str, list[str]] = defaultdict(list)
     for h in sets["longmemeval"]:
         for q in h.questions:
             by_type[str(q.category)].append(q.item_id)
-    dealt = 0
-    for kind in sorted(by_type):
-        for item in sorted(by_type[kind]):
-            out[item] = dealt % k
-            dealt += 1
-    return out
+    return {**out, **deal(by_type, k)}
 
 
 def score_all(
@@ -142,15 +135,12 @@ def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k:
     report = []
     for setting, keys in settings.items():
         default = "auto" if setting == "variant" else f"{setting}={getattr(defaults, setting)}"
-        in_fold = max(keys, key=lambda key: objective(results[key], everyone))
-        chosen, held_scores = [], {name: {} for name in BUDGETS}  # type: ignore[var-annotated]
-        for f in range(k):
-            train = {i for i, g in fold_of.items() if g != f}
-            held = {i for i, g in fold_of.items() if g == f}
-            pick = max(keys, key=lambda key: objective(results[key], train))
-            chosen.append(pick)
-            for name in BUDGETS:
-                held_scores[name].update({ib: v for ib, v in results[pick][name].items() if ib[0] in held})
+        choice = choose(keys, default, fold_of, k, lambda key, items: objective(results[key], items))
+        in_fold, chosen = choice.in_fold, list(choice.per_fold)
+        held_scores = {  # every question scored by the value chosen without its fold
+            name: {ib: results[choice.held(fold_of[ib[0]])][name][ib] for ib in results[default][name]}
+            for name in BUDGETS
+        }
         report.append(
             {
                 "setting": setting,

@@ -164,9 +164,31 @@ def test_a_repeated_call_with_no_new_step_renders_nothing_again() -> None:
     first = agent.context()
     assert agent.context() is first  # same steps, same mode: the same context
     assert agent.context(mode="units") is not first
+    agent.core.use_settings(fm.Settings(agent_auto_rho=0.1))
+    smaller = agent.context()
+    assert smaller is not first  # new settings: rendered again, though no step came
     agent.step(action="count(12)", observation="crate 12")
     after = agent.context()
-    assert after is not first and after.messages[-1]["content"] == "crate 12"
+    assert after is not smaller and after.messages[-1]["content"] == "crate 12"
+
+
+@pytest.mark.parametrize("share", [0.1, 0.25, 0.5])
+def test_agent_auto_rho_is_the_timeline_share_of_an_agent_memory(share: float) -> None:
+    agent = fm.Memory(":memory:", settings=fm.Settings(agent_auto_rho=share)).agent(task="count", budget=3000)
+    for i in range(80):
+        agent.step(action=f"count({i})", observation=f"crate {i} holds item-{i:04d} " * 12)
+    ctx = agent.context()
+    assert ctx.memory is not None and ctx.tokens <= ctx.ceiling
+    timeline = ctx.memory.composition["records"] + ctx.memory.composition["merged"]
+    assert 0 < timeline <= share * ctx.memory.allowance  # merged down to the share
+    assert ctx.memory.composition["pieces"] > 0  # the rest holds pieces
+    if share == 0.5:
+        assert timeline > 0.25 * ctx.memory.allowance  # a larger share is used, not only allowed
+
+
+def test_agent_auto_rho_above_one_is_refused() -> None:
+    with pytest.raises(fm.InvalidInputError, match="agent_auto_rho"):
+        fm.Settings(agent_auto_rho=1.5)
 
 
 def shell_agent(settings: fm.Settings | None = None, steps: int = 30) -> fm.AgentSession:

@@ -346,7 +346,7 @@ class AgentSession:
         self._alive()
         with self.core.lock:  # resolved against the notes as just caught up with
             positions = self.core.positions(order) if order is not None else None
-        key = (len(self.steps), len(self.core.history), mode, options, tuple(positions or ()))
+        key = (len(self.steps), len(self.core.history), mode, options, tuple(positions or ()), self.core.settings)
         if self._last is not None and self._last[0] == key:
             return self._last[1]
         with memory_span(

@@ -115,6 +115,11 @@ class Settings:
     Agent histories rank pieces one by one (a tool output is no conversational turn: no whole turns,
     no neighbours) and keep the timeline at ``rho``, so every past unit stays represented."""
 
+    agent_auto_rho: float = 0.25
+    """``auto`` in agent sessions: the timeline is merged down to this share of the allowance (the
+    paper's ``rho``, so every past unit stays represented: the trace). Scored out of fold on every
+    tau / tau2 development trajectory (docs/CALIBRATION.md)."""
+
     agent_auto_identifiers: float = 0.5
     """``auto`` in agent sessions: a piece holding identifier words (4+ characters with a digit: ids,
     codes, numbers, dates) scores up to this much more (a third per identifier, up to three), on top
@@ -156,8 +161,10 @@ class Settings:
             raise InvalidInputError("setting kappa must be at least 4 tokens (one character can take 4)")
         if not self.lam < 1:
             raise InvalidInputError("setting lam (lambda) must be below 1")
-        if not (self.rho <= 1 and self.agent_trace_share <= 1 and self.auto_long_turn <= 1):
-            raise InvalidInputError("settings rho, agent_trace_share and auto_long_turn must be at most 1")
+        if not max(self.rho, self.agent_auto_rho, self.agent_trace_share, self.auto_long_turn) <= 1:
+            raise InvalidInputError(
+                "settings rho, agent_auto_rho, agent_trace_share and auto_long_turn must be at most 1"
+            )
         if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
             raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
 

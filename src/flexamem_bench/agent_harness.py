@@ -42,6 +42,11 @@ def replay(
         if model is None:
             raise InvalidInputError(f"{method} needs a model (an endpoint, or --stand-in for tests)")
         m = AGENT_BASELINES[method](traj, budget, model)
+    yield from replay_method(traj, m, budget)
+
+
+def replay_method(traj: Trajectory, m: Method, budget: int) -> Iterator[tuple[int, StepContext | None, Method, float]]:
+    """:func:`replay` of a method already built (``budget``: the one it was built with)."""
     full_tokens = messages_tokens(m.session.fixed_messages(), m.session.counter)
     ceiling = m.session.core.ceiling(budget)
     for t, step in enumerate(traj.steps):

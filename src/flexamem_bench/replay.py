@@ -46,6 +46,7 @@ from flexamem.render import format as fmt
 from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
 from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
+from flexamem.write.embed import Embedder
 from flexamem.write.records import RuleWriter
 from flexamem.write.units import agent_unit
 from flexamem_bench.details import (
@@ -90,8 +91,10 @@ def _leaves(value: Any) -> Iterator[str]:
 class Method:
     """One memory under replay: fed steps, asked for the context before the next action."""
 
-    def __init__(self, traj: Trajectory, budget: int, settings: Settings | None = None) -> None:
-        memory = Memory(":memory:", settings=settings)
+    def __init__(
+        self, traj: Trajectory, budget: int, settings: Settings | None = None, embedder: Embedder | None = None
+    ) -> None:
+        memory = Memory(":memory:", settings=settings, embedder=embedder)
         self.session = memory.agent(task=traj.task or "(no task)", budget=budget, system=traj.system)
         self.traj = traj
         self._spans: dict[int, np.ndarray] = {}  # unit position -> its span vectors
@@ -127,9 +130,15 @@ class Method:
 
 class FlexaMem(Method):
     def __init__(
-        self, traj: Trajectory, budget: int, mode: str, options: RenderOptions, settings: Settings | None = None
+        self,
+        traj: Trajectory,
+        budget: int,
+        mode: str,
+        options: RenderOptions,
+        settings: Settings | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        super().__init__(traj, budget, settings)
+        super().__init__(traj, budget, settings, embedder)
         self.mode, self.options = mode, options
 
     def context(self) -> StepContext:

@@ -344,8 +344,9 @@ class Renderer:
             entries = self.timeline.fit(base, s.auto_rho * max(allowance, merge_allowance))
             keep = (s.auto_rho if options.tight_timeline else s.rho) * allowance
         else:
-            entries = self.timeline.fit(base, s.rho * max(allowance, merge_allowance))
-            keep = allowance if merge_allowance <= allowance else s.rho * allowance
+            share = s.agent_auto_rho if agent else s.rho
+            entries = self.timeline.fit(base, share * max(allowance, merge_allowance))
+            keep = allowance if merge_allowance <= allowance else share * allowance
         spans = tuple((e.first, e.last, e.level) for e in entries)
         entries, hidden = hide_oldest(entries, keep)
         room = allowance - total_tokens(entries) - (1 if entries else 0)
