@@ -201,6 +201,16 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def aclose(self) -> None:
+        """:meth:`close` for async code (a memory at a URL closes its async connections on their loop)."""
+        self.close()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     def __len__(self) -> int:
         self.core.sync()
         return len(self.history)

@@ -93,6 +93,26 @@ def test_server_errors_arrive_as_the_library_errors(server: Server) -> None:
     with pytest.raises(fm.InvalidInputError, match="URL"):
         fm.Memory("memory.db", key="k")
     assert [n.raw for n in mem.notes()] == ["Ana: hello"]  # nothing of the refused calls was stored
+    for local in ("store", "core", "writer", "settings", "embedder"):
+        with pytest.raises(fm.InvalidInputError, match="URL"):  # what lives on the server, refused by name
+            getattr(mem, local)
+    with pytest.raises(AttributeError):
+        mem.no_such_thing  # noqa: B018
+
+
+def test_async_with_closes_the_connections_on_their_loop(server: Server, tmp_path: Path) -> None:
+    async def main(mem: fm.Memory) -> tuple[list[str], int]:
+        async with mem:
+            units = await mem.aadd_session([{"speaker": "Ana", "text": "the key is under the mat"}])
+            rendering = await mem.arender("where is the key?", 200)
+        return units, rendering.tokens
+
+    for mem in (remote(server), fm.Memory(str(tmp_path / "m.db"))):
+        units, tokens = asyncio.run(main(mem))
+        assert len(units) == 1 and 0 < tokens <= 200
+    closed = remote(server)
+    asyncio.run(closed.aclose())
+    assert closed.http._sync.is_closed  # the sync client too: nothing left open
 
 
 def test_a_retried_write_is_stored_once(server: Server) -> None:

@@ -118,6 +118,17 @@ class Transport:
                 loop.run_until_complete(client.aclose())
             self._async = None
 
+    async def aclose(self) -> None:
+        """:meth:`close` from a coroutine: the async client is closed on the loop it was made on."""
+        self._sync.close()
+        if self._async is not None:
+            loop, client = self._async
+            self._async = None
+            if loop is asyncio.get_running_loop():
+                await client.aclose()
+            elif not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(client.aclose())
+
     def _request(self, call: Call[Any]) -> tuple[str, str, dict[str, Any]]:
         url = self.urls[self.current % len(self.urls)] + call.path
         kwargs: dict[str, Any] = {"headers": {**call.headers, **trace_headers()}}

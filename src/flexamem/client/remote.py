@@ -138,6 +138,13 @@ class RemoteMemory(Memory):
     def llm_usage(self) -> dict[str, int]:
         raise self._local_only("llm_usage() (the server's /metrics counts model tokens per tenant)")
 
+    def __getattr__(self, name: str) -> Any:
+        """What a local Memory holds as attributes (its store, history core, record writer): refused
+        by name, as the properties above are, instead of an AttributeError about a missing attribute."""
+        if name in ("store", "core", "writer"):
+            raise self._local_only(f"mem.{name}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # -- lifecycle ---------------------------------------------------------------------------------------
     def sync(self) -> int:
         """Nothing to catch up with: every call reads the server's store. Returns 0."""
@@ -145,6 +152,9 @@ class RemoteMemory(Memory):
 
     def close(self) -> None:
         self.http.close()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
 
     def __enter__(self) -> RemoteMemory:
         return self
