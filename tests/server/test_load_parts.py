@@ -262,3 +262,32 @@ def test_writes_past_the_bound_are_refused_with_retry_after_and_store_nothing(tm
         assert [n["session_id"] for n in client.get("/v1/histories/other/notes").json()] == ["x0"]
         got = samples(client.get("/metrics").text)
     assert got[("flexamem_refused_writes_total", ())] >= 1
+
+
+def test_a_write_past_its_wait_stores_nothing_and_its_retry_takes_the_vectors_made_meanwhile(tmp_path: Path) -> None:
+    """The embedding process cannot embed a session in a millisecond: the write is answered 503 with
+    Retry-After and stores nothing; its embedding goes on, so the same write sent again finds its
+    vectors made and is stored once, with the vectors an unbounded write stores."""
+    client, _ = app_client(tmp_path, write_wait=0.001)
+    turns = [{"speaker": "Ana", "text": f"invoice INV-{i} was paid on the {i}th"} for i in range(40)]
+    with client:
+        r = client.post("/v1/histories/h/sessions", json={"session_id": "s1", "turns": turns})
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert r.json()["error"]["type"] == "ServerBusyError" and "nothing was stored" in r.json()["error"]["message"]
+        assert client.get("/v1/histories/h/notes").status_code == 404  # nothing of it stored
+        deadline = time.monotonic() + 120
+        body = {"session_id": "s1", "turns": turns}
+        while (r := client.post("/v1/histories/h/sessions", json=body)).status_code == 503:
+            assert time.monotonic() < deadline, "the retry never found its vectors"
+            time.sleep(0.2)
+        assert r.status_code == 200
+        got = samples(client.get("/metrics").text)
+        stored = client.get("/v1/histories/h/notes-full").json()
+    assert got[("flexamem_refused_writes_total", ())] >= 1
+    assert [n["session_id"] for n in stored] == ["s1"]
+    (tmp_path / "b").mkdir()
+    unbounded, _ = app_client(tmp_path / "b", write_wait=None)
+    with unbounded:
+        assert unbounded.post("/v1/histories/h/sessions", json={"session_id": "s1", "turns": turns}).status_code == 200
+        same = unbounded.get("/v1/histories/h/notes-full").json()
+    assert [n["exact"]["embedding"] for n in stored] == [n["exact"]["embedding"] for n in same]

@@ -264,6 +264,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.max_pending_writes < 1:
             raise InvalidInputError("--max-pending-writes must be at least 1")
         limit["max_pending_writes"] = args.max_pending_writes
+    if args.write_wait is not None:
+        if args.write_wait < 0:
+            raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
+        limit["write_wait"] = args.write_wait or None
     limit["records"] = args.records
     serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
@@ -343,6 +347,12 @@ def add_store_commands(sub: Any) -> None:
         "--max-pending-writes",
         type=int,
         help="writes each worker admits at once; one more gets 503 with Retry-After, storing nothing (2)",
+    )
+    p.add_argument(
+        "--write-wait",
+        type=float,
+        help="seconds a write waits for its vectors per ~1,000 tokens; past it 503 with Retry-After, storing "
+        "nothing, its vectors kept for the retry (0.75; 0: no bound; with --no-offload there is none)",
     )
     p.add_argument(
         "--no-offload",

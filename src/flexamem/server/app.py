@@ -64,6 +64,7 @@ SessionName = Annotated[str, Path(pattern=SESSION, description="the agent sessio
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 DEFAULT_MAX_OPEN = 128  # histories kept open per worker
 DEFAULT_MAX_PENDING_WRITES = 2  # writes admitted at once per worker (docs/PERFORMANCE.md)
+DEFAULT_WRITE_WAIT = 0.75  # seconds a write waits for its vectors, per ~1,000 tokens (docs/PERFORMANCE.md)
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
@@ -84,6 +85,11 @@ class ServerConfig:
     max_pending_writes: int = DEFAULT_MAX_PENDING_WRITES
     """Writes a worker admits at once (being embedded or stored); one more is answered 503 with
     ``Retry-After`` at once, storing nothing, so an acknowledged write waits for at most this many."""
+    write_wait: float | None = DEFAULT_WRITE_WAIT
+    """Offloaded writes: seconds an admitted write waits for its vectors, per 4,000 characters embedded
+    (at least one such allowance); past it the write is answered 503 ``ServerBusyError`` with
+    ``Retry-After``, storing nothing, and its vectors, still being made, are kept for the retry
+    (server/ingest.py). None: a write waits as long as its embedding takes."""
     records: Literal["rule", "llm"] = "rule"
     """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
     per tenant in ``/metrics``); ``rule``: the offline rule writer."""
@@ -309,7 +315,8 @@ ANSWERS = {
     422: "The request does not match the schema",
     500: "The store is damaged (StoreCorruptError names the row) or the server failed; nothing was half-stored",
     503: "The store cannot be reached right now (a database restarting), or the worker has as many writes in "
-    "progress as it admits (ServerBusyError): nothing was stored, retry after Retry-After seconds",
+    "progress as it admits, or a write's vectors were not ready within its wait (ServerBusyError): nothing "
+    "was stored, retry after Retry-After seconds",
     507: "The store's disk is full: nothing of this write was stored; reads go on",
 }
 
@@ -480,8 +487,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             )
         metrics.backlog.inc()
         try:
-            with timed(metrics.write_seconds), writing():
+            with timed(metrics.write_seconds), writing(config.write_wait):
                 yield
+        except ServerBusyError:  # its vectors were not back within its wait: nothing stored
+            metrics.refused_writes.inc()
+            raise
         finally:
             metrics.backlog.dec()
             pending.release()
@@ -799,6 +809,7 @@ def app_from_env() -> FastAPI:
         raise InvalidInputError("set FLEXAMEM_DB (the store) and FLEXAMEM_KEYS (the key file)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     records = os.environ.get("FLEXAMEM_RECORDS", "rule")
+    wait = os.environ.get("FLEXAMEM_WRITE_WAIT", str(DEFAULT_WRITE_WAIT))  # "": no bound
     if records not in ("rule", "llm"):
         raise InvalidInputError("FLEXAMEM_RECORDS must be rule or llm")
     return create_app(
@@ -809,6 +820,7 @@ def app_from_env() -> FastAPI:
             max_open=int(os.environ.get("FLEXAMEM_MAX_OPEN", DEFAULT_MAX_OPEN)),
             offload_writes=os.environ.get("FLEXAMEM_OFFLOAD_WRITES", "1") != "0",
             max_pending_writes=int(os.environ.get("FLEXAMEM_MAX_PENDING_WRITES", DEFAULT_MAX_PENDING_WRITES)),
+            write_wait=float(wait) if wait else None,
             records=records,  # type: ignore[arg-type]
         )
     )

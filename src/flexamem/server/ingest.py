@@ -7,35 +7,68 @@ transaction (with their vectors), so every promise of docs/RELIABILITY.md holds 
 changes is who waits when the two cores are busy: the write (its embedding is scheduled after the
 renders' work), not the renders. If the embedding process dies, a new one is started and the write
 is embedded again (the same model: the same vectors); if that fails too, the worker embeds it itself.
+
+A write's wait is bounded (``ServerConfig.write_wait``): a write whose vectors are not back within its
+allowance (``write_wait`` seconds per 4,000 characters embedded, at least one allowance, counted from
+its admission) is answered 503 :class:`~flexamem.errors.ServerBusyError` with ``Retry-After`` and
+stores nothing. Its embedding goes on: the vectors are kept (newest first, a bounded number), so the
+retry (the one-API client makes it) takes them instead of embedding again, and a text already being
+embedded for an earlier attempt is waited for, not embedded twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import multiprocessing
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
 import numpy as np
 
+from flexamem.errors import ServerBusyError
 from flexamem.write.default_embed import default_embedder
 from flexamem.write.embed import Embedder
 
-_WRITING: contextvars.ContextVar[bool] = contextvars.ContextVar("flexamem_writing", default=False)
 DEFAULT_NICE = 10
+CHARS_PER_ALLOWANCE = 4000  # ~1,000 tokens: a write this long (or shorter) waits one allowance at most
+KEPT_VECTORS = 40_000  # vectors of finished embeddings kept for a retry (~60 MB of float32 at 384)
+
+
+@dataclass
+class WriteClock:
+    """A write's allowance to wait for its vectors: ``wait`` seconds per ``CHARS_PER_ALLOWANCE``
+    characters embedded (at least one), from ``start`` (``time.monotonic()`` at admission)."""
+
+    start: float  # moved later by the time the write waited for a starting embedding process
+    wait: float | None  # None: no bound (a server without one)
+    chars: int = 0  # characters this write has sent to be embedded so far
+
+    def deadline(self) -> float | None:
+        """The time by which the vectors of the write's texts must be back (None: no bound)."""
+        if self.wait is None:
+            return None
+        return self.start + self.wait * max(1.0, self.chars / CHARS_PER_ALLOWANCE)
+
+
+_WRITING: contextvars.ContextVar[WriteClock | None] = contextvars.ContextVar("flexamem_writing", default=None)
 
 
 @contextlib.contextmanager
-def writing() -> Iterator[None]:
-    """Mark the code inside as a write: its embeddings go to the embedding process."""
-    token = _WRITING.set(True)
+def writing(wait: float | None = None) -> Iterator[WriteClock]:
+    """Mark the code inside as a write: its embeddings go to the embedding process, and wait for their
+    vectors at most ``wait`` seconds per allowance (None: as long as it takes)."""
+    clock = WriteClock(time.monotonic(), wait)
+    token = _WRITING.set(clock)
     try:
-        yield
+        yield clock
     finally:
         _WRITING.reset(token)
 
@@ -68,46 +101,113 @@ class OffloadedEmbedder:
         self.name, self.dim = self.local.name, self.local.dim
         self.nice = nice
         self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._ready: Future[np.ndarray] | None = None  # the process's first job: its model loaded
+        self._lock = threading.Lock()  # the pool, the jobs running and the vectors kept; never held to wait
+        self._running: dict[str, Future[np.ndarray]] = {}  # text -> the job embedding it
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> its vector, newest last
         self.offloaded = 0  # texts embedded by the embedding process
         self.restarts = 0  # embedding processes that died and were replaced
+        self.late = 0  # writes answered busy because their vectors were not back within their wait
 
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_start,
-                    initargs=(self.nice, os.getpid()),
-                )
-            return self._pool
+    def _pool_locked(self) -> ProcessPoolExecutor:
+        """The embedding process (started, with a first job that loads its model, when there is none)."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start,
+                initargs=(self.nice, os.getpid()),
+            )
+            self._ready = self._pool.submit(_embed, ["warm"])
+        return self._pool
 
     def warm(self) -> None:
         """Start the embedding process and load its model now (not at the first write, which would
         wait for both), without waiting for it."""
-        self._executor().submit(_embed, ["warm"])
-
-    def _restart(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:
-            if self._pool is broken:
-                self._pool = None
-        broken.shutdown(wait=False, cancel_futures=True)
+            self._pool_locked()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not _WRITING.get() or not texts:
+        clock = _WRITING.get()
+        if clock is None or not texts:
             return self.local.embed(texts)
-        for _attempt in range(2):
-            pool = self._executor()
+        clock.chars += sum(len(t) for t in texts)
+        for _attempt in range(3):  # a dead process is replaced (the third: a job sent to it as it died)
             try:
-                vectors = pool.submit(_embed, list(texts)).result()
+                vectors = self._offloaded(list(texts), clock)
             except BrokenProcessPool:  # the embedding process died: start another, embed again
                 self.restarts += 1
-                self._restart(pool)
                 continue
             self.offloaded += len(texts)
-            return np.asarray(vectors, dtype=np.float32)
+            return vectors
         return self.local.embed(texts)
+
+    def _offloaded(self, texts: list[str], clock: WriteClock) -> np.ndarray:
+        """The vectors of ``texts`` from the embedding process: kept ones taken, ones being embedded for
+        another write (or an earlier attempt) waited for, the rest sent in one job."""
+        with self._lock:
+            jobs: dict[str, Future[np.ndarray]] = {}
+            new = []
+            for t in dict.fromkeys(texts):
+                if t in self._kept:
+                    self._kept.move_to_end(t)
+                elif t in self._running:
+                    jobs[t] = self._running[t]
+                else:
+                    new.append(t)
+            if new:
+                pool = self._pool_locked()
+                try:
+                    job = pool.submit(_embed, new)
+                except BrokenProcessPool:  # it died between jobs: the next attempt starts another
+                    self._pool = None
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+                for t in new:
+                    self._running[t] = jobs[t] = job
+            ready = self._ready
+        if new:  # outside the lock: a job already done runs its callback here, and it takes the lock
+            job.add_done_callback(functools.partial(self._finished, new, pool))
+        if ready is not None and not ready.done():  # the process is starting (server start, a crash):
+            started = time.monotonic()  # its model load is not the write's wait
+            wait([ready])
+            clock.start += time.monotonic() - started
+        waiting = set(jobs.values())
+        deadline = clock.deadline()
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        _, late = wait(waiting, timeout=timeout)
+        if late:
+            self.late += 1
+            raise ServerBusyError(
+                "this write's vectors were not ready within its wait (the server is busy): nothing was stored, "
+                "send it again after Retry-After seconds (its embedding goes on and is kept for the retry)"
+            )
+        for job in waiting:
+            job.result()  # the embedding process's failure, if any (BrokenProcessPool: embed again)
+        with self._lock:
+            found = {t: self._kept.get(t) for t in texts}
+        missing = [t for t, v in found.items() if v is None]  # pushed out already by a flood of writes
+        if missing:
+            found.update(zip(missing, self.local.embed(missing), strict=True))
+        return np.stack([np.asarray(found[t], dtype=np.float32) for t in texts])
+
+    def _finished(self, texts: list[str], pool: ProcessPoolExecutor, job: Future[np.ndarray]) -> None:
+        """A job is done (in the pool's thread): keep its vectors, or restart a broken process."""
+        error = None if job.cancelled() else job.exception()
+        failed = job.cancelled() or error is not None
+        with self._lock:
+            for t in texts:
+                if self._running.get(t) is job:
+                    del self._running[t]
+            if not failed:
+                for t, v in zip(texts, job.result(), strict=True):
+                    self._kept[t] = v
+                    self._kept.move_to_end(t)
+                while len(self._kept) > KEPT_VECTORS:
+                    self._kept.popitem(last=False)
+            elif isinstance(error, BrokenProcessPool) and self._pool is pool:
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         with self._lock:

@@ -7,7 +7,8 @@ Series (labels bounded: a route is its template, never a history or key):
 - ``flexamem_render_seconds``, ``flexamem_write_seconds``, ``flexamem_agent_context_seconds``;
 - ``flexamem_tokens_rendered_total`` (renders and agent contexts);
 - ``flexamem_ingest_backlog``: writes being embedded or waiting for the embedding process;
-- ``flexamem_refused_writes_total``: writes answered 503 because the worker had as many as it admits;
+- ``flexamem_refused_writes_total``: writes answered 503 because the worker had as many as it admits,
+  or because their vectors were not back within their wait;
 - ``flexamem_llm_tokens_total{tenant}``: tokens the record writer's model spent (0 with rule records);
 - ``flexamem_open_histories`` and ``flexamem_evicted_histories_total`` (the per-worker LRU).
 
@@ -63,7 +64,9 @@ class Metrics:
             "flexamem_ingest_backlog", "writes being embedded or waiting for the embedding process", registry=r, **gauge
         )
         self.refused_writes = Counter(
-            "flexamem_refused_writes", "writes refused (503) past the worker's bound on writes in progress", registry=r
+            "flexamem_refused_writes",
+            "writes refused (503): past the worker's bound on writes in progress, or on a write's wait",
+            registry=r,
         )
         self.llm_tokens = Counter(
             "flexamem_llm_tokens", "tokens spent by the record writer's model, per tenant", ["tenant"], registry=r
