@@ -153,7 +153,7 @@ def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, of
 
 
 def test_renders_are_answered_while_a_slow_write_is_in_flight(tmp_path: Path) -> None:
-    client, _ = app_client(tmp_path)  # writes offloaded
+    client, _ = app_client(tmp_path, write_wait=None)  # writes offloaded, waited for however long they take
     with client:
         for name in ("same", "other"):
             client.post(f"/v1/histories/{name}/sessions", json={"session_id": "s0", "turns": TURNS})

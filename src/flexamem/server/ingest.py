@@ -100,9 +100,14 @@ class OffloadedEmbedder:
         self.local = local or default_embedder()
         self.name, self.dim = self.local.name, self.local.dim
         self.nice = nice
+        # two locks, never one inside the other: ``_lock`` guards the pool and may call into it;
+        # ``_jobs_lock`` guards the jobs running and the vectors kept, and is all a job's callback (run
+        # by the pool's own thread) takes, so the pool's thread never waits for a thread inside the pool
+        self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._ready: Future[np.ndarray] | None = None  # the process's first job: its model loaded
-        self._lock = threading.Lock()  # the pool, the jobs running and the vectors kept; never held to wait
+        self._broken: set[int] = set()  # ids of pools whose process died (seen by a job's callback)
+        self._jobs_lock = threading.Lock()
         self._running: dict[str, Future[np.ndarray]] = {}  # text -> the job embedding it
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> its vector, newest last
         self.offloaded = 0  # texts embedded by the embedding process
@@ -110,7 +115,15 @@ class OffloadedEmbedder:
         self.late = 0  # writes answered busy because their vectors were not back within their wait
 
     def _pool_locked(self) -> ProcessPoolExecutor:
-        """The embedding process (started, with a first job that loads its model, when there is none)."""
+        """The embedding process (under ``_lock``): a new one, with a first job that loads its model,
+        when there is none or it died."""
+        with self._jobs_lock:
+            dead = self._pool is not None and id(self._pool) in self._broken
+        if dead and self._pool is not None:
+            with self._jobs_lock:
+                self._broken.discard(id(self._pool))
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=1,
@@ -145,29 +158,24 @@ class OffloadedEmbedder:
     def _offloaded(self, texts: list[str], clock: WriteClock) -> np.ndarray:
         """The vectors of ``texts`` from the embedding process: kept ones taken, ones being embedded for
         another write (or an earlier attempt) waited for, the rest sent in one job."""
-        with self._lock:
-            jobs: dict[str, Future[np.ndarray]] = {}
-            new = []
-            for t in dict.fromkeys(texts):
-                if t in self._kept:
-                    self._kept.move_to_end(t)
-                elif t in self._running:
-                    jobs[t] = self._running[t]
-                else:
-                    new.append(t)
-            if new:
+        with self._jobs_lock:
+            jobs = {t: self._running[t] for t in dict.fromkeys(texts) if t not in self._kept and t in self._running}
+            new = [t for t in dict.fromkeys(texts) if t not in self._kept and t not in jobs]
+        if new:
+            with self._lock:
                 pool = self._pool_locked()
                 try:
                     job = pool.submit(_embed, new)
                 except BrokenProcessPool:  # it died between jobs: the next attempt starts another
-                    self._pool = None
-                    pool.shutdown(wait=False, cancel_futures=True)
+                    with self._jobs_lock:
+                        self._broken.add(id(pool))
                     raise
+            with self._jobs_lock:
                 for t in new:
                     self._running[t] = jobs[t] = job
+            job.add_done_callback(functools.partial(self._finished, new, id(pool)))
+        with self._lock:
             ready = self._ready
-        if new:  # outside the lock: a job already done runs its callback here, and it takes the lock
-            job.add_done_callback(functools.partial(self._finished, new, pool))
         if ready is not None and not ready.done():  # the process is starting (server start, a crash):
             started = time.monotonic()  # its model load is not the write's wait
             wait([ready])
@@ -182,32 +190,37 @@ class OffloadedEmbedder:
                 "this write's vectors were not ready within its wait (the server is busy): nothing was stored, "
                 "send it again after Retry-After seconds (its embedding goes on and is kept for the retry)"
             )
-        for job in waiting:
-            job.result()  # the embedding process's failure, if any (BrokenProcessPool: embed again)
-        with self._lock:
+        for done in waiting:
+            try:
+                done.result()  # the embedding process's failure, if any (BrokenProcessPool: embed again)
+            except BrokenProcessPool:
+                if new and done is job:  # ours: its pool is dead, whether or not its callback ran yet
+                    with self._jobs_lock:
+                        self._broken.add(id(pool))
+                raise
+        with self._jobs_lock:
             found = {t: self._kept.get(t) for t in texts}
         missing = [t for t, v in found.items() if v is None]  # pushed out already by a flood of writes
         if missing:
             found.update(zip(missing, self.local.embed(missing), strict=True))
         return np.stack([np.asarray(found[t], dtype=np.float32) for t in texts])
 
-    def _finished(self, texts: list[str], pool: ProcessPoolExecutor, job: Future[np.ndarray]) -> None:
-        """A job is done (in the pool's thread): keep its vectors, or restart a broken process."""
+    def _finished(self, texts: list[str], pool: int, job: Future[np.ndarray]) -> None:
+        """A job is done (in the pool's thread): keep its vectors, or mark its process dead."""
         error = None if job.cancelled() else job.exception()
-        failed = job.cancelled() or error is not None
-        with self._lock:
+        with self._jobs_lock:
             for t in texts:
                 if self._running.get(t) is job:
                     del self._running[t]
-            if not failed:
-                for t, v in zip(texts, job.result(), strict=True):
-                    self._kept[t] = v
-                    self._kept.move_to_end(t)
-                while len(self._kept) > KEPT_VECTORS:
-                    self._kept.popitem(last=False)
-            elif isinstance(error, BrokenProcessPool) and self._pool is pool:
-                self._pool = None
-                pool.shutdown(wait=False, cancel_futures=True)
+            if job.cancelled() or error is not None:
+                if isinstance(error, BrokenProcessPool):
+                    self._broken.add(pool)
+                return
+            for t, v in zip(texts, job.result(), strict=True):
+                self._kept[t] = v
+                self._kept.move_to_end(t)
+            while len(self._kept) > KEPT_VECTORS:
+                self._kept.popitem(last=False)
 
     def close(self) -> None:
         with self._lock:
