@@ -61,11 +61,11 @@ Row = tuple[float | None, float]  # (detail_recall or None where no detail is ne
 Scores = dict[tuple[str, int, int], Row]  # (trajectory, step, budget) -> row
 
 
-def runs() -> list[tuple[str, fm.RenderOptions, fm.Settings]]:
+def runs(grid: dict[str, list[Any]], variants: Sequence[str]) -> list[tuple[str, fm.RenderOptions, fm.Settings]]:
     """Every rendering scored at each call: (key, options, settings)."""
     base = fm.Settings()
-    out = [(v, AGENT_AUTO_ABLATIONS[v][0], AGENT_AUTO_ABLATIONS[v][1] or base) for v in VARIANTS]
-    out += [(f"{s}={v}", fm.RenderOptions(), dataclasses.replace(base, **{s: v})) for s, vs in GRID.items() for v in vs]
+    out = [(v, AGENT_AUTO_ABLATIONS[v][0], AGENT_AUTO_ABLATIONS[v][1] or base) for v in variants]
+    out += [(f"{s}={v}", fm.RenderOptions(), dataclasses.replace(base, **{s: v})) for s, vs in grid.items() for v in vs]
     return out
 
 
@@ -83,12 +83,14 @@ class Remembered:
         return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
 
-def score_trajectory(traj: Trajectory, budget: int, embedder: fm.Embedder) -> dict[str, Scores]:
+def score_trajectory(
+    traj: Trajectory, budget: int, embedder: fm.Embedder, rendering: list[tuple[str, fm.RenderOptions, fm.Settings]]
+) -> dict[str, Scores]:
     """key -> scores of one trajectory at one budget: each rendering in a replay of its own (a session
     keeps its merged timeline from call to call, so renderings may not share one)."""
     out: dict[str, Scores] = defaultdict(dict)
     b = effective_budget(traj, budget, "history", counter())
-    for key, options, settings in runs():
+    for key, options, settings in rendering:
         method = FlexaMem(traj, b, "auto", options, settings, embedder)
         for t, ctx, m, _ in replay_method(traj, method, b):
             if ctx is not None:
@@ -98,13 +100,14 @@ def score_trajectory(traj: Trajectory, budget: int, embedder: fm.Embedder) -> di
     return out
 
 
-def score_all(trajs: Sequence[Trajectory]) -> dict[str, Scores]:
+def score_all(trajs: Sequence[Trajectory], grid: dict[str, list[Any]], variants: Sequence[str]) -> dict[str, Scores]:
+    rendering = runs(grid, variants)
     results: dict[str, Scores] = defaultdict(dict)
     for n, traj in enumerate(trajs):
         start = time.perf_counter()
         embedder = Remembered(default_embedder())
         for budget in BUDGETS:
-            for key, scores in score_trajectory(traj, budget, embedder).items():
+            for key, scores in score_trajectory(traj, budget, embedder, rendering).items():
                 results[key].update(scores)
         print(f"{n + 1}/{len(trajs)} {traj.traj_id}: {time.perf_counter() - start:.1f} s", flush=True)
     return results
@@ -135,6 +138,7 @@ def crossfold(results: dict[str, Scores], fold_of: dict[str, int], k: int) -> li
     defaults = fm.Settings()
     settings: dict[str, list[str]] = {"variant": list(VARIANTS)}
     settings.update({s: [f"{s}={v}" for v in vs] for s, vs in GRID.items()})
+    settings = {s: keys for s, keys in settings.items() if all(key in results for key in keys)}  # those scored
     everyone = set(fold_of)
     report = []
     for setting, keys in settings.items():
@@ -173,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--limit", type=int, help="only the first N trajectories of each file (a quick look)")
     parser.add_argument("--scores", help="a scores file written by an earlier run: only the fold analysis")
+    parser.add_argument("--settings", help="score only these settings (comma-separated; and auto itself)")
     args = parser.parse_args(argv)
     root = Path(args.data) / "agent_trajectories"
     by_file = {name: load_trajectories(root / name)[: args.limit] for name in FILES}
@@ -185,7 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = json.loads(scores_path.read_text())
         results = {key: {(i, int(t), int(b)): (d, c) for i, t, b, d, c in rows} for key, rows in raw.items()}
     else:
-        results = score_all(trajs)
+        grid, variants = GRID, VARIANTS
+        if args.settings:
+            wanted = args.settings.split(",")
+            unknown = sorted(set(wanted) - set(GRID))
+            if unknown:
+                parser.error(f"no grid for {', '.join(unknown)} (there: {', '.join(GRID)})")
+            grid, variants = {s: GRID[s] for s in wanted}, ("auto",)
+        results = score_all(trajs, grid, variants)
         scores_path.write_text(json.dumps({key: [[*k, *v] for k, v in s.items()] for key, s in results.items()}))
     report = crossfold(results, fold_of, args.folds)
     out.write_text(json.dumps(report, indent=1))
