@@ -132,14 +132,16 @@ class Load:
             while not self.stop.is_set():
                 sid = f"c{k}-{i}"
                 body = {"session_id": sid, "turns": [{"speaker": "A", "text": f"note {sid}: parcel {i} to depot {k}"}]}
+                stored = False
                 while not self.stop.is_set():  # the same write until the server says it is stored
                     status = self.call(c, "POST", f"/v1/histories/{history}/sessions", body)
                     if status in (200, 409):  # 409: stored by an attempt whose answer was lost
                         with self.lock:
                             self.acked.setdefault(history, []).append(sid)
+                        stored = True
                         break
                     time.sleep(0.2)
-                if i % 3 == 0:
+                if stored and i % 3 == 0:  # (a history whose first write was never stored does not exist)
                     self.call(c, "POST", f"/v1/histories/{history}/render", {"query": f"parcel {i}", "budget": 400})
                 i += 1
 
