@@ -50,8 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "flexamem", "serve", "--db", str(db), "--keys", str(keyfile), "--port", str(port),
-             "--workers", "2", "--max-body", "200000",
-             "--write-wait", "0"],  # writes here expect 200 whatever the load: the bound has tests of its own
+             "--workers", "2", "--max-body", "200000"],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

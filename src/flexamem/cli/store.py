@@ -352,7 +352,7 @@ def add_store_commands(sub: Any) -> None:
         "--write-wait",
         type=float,
         help="seconds a write waits for its vectors per ~1,000 tokens; past it 503 with Retry-After, storing "
-        "nothing, its vectors kept for the retry (0.75; 0: no bound; with --no-offload there is none)",
+        "nothing, its vectors kept for the retry (default: no bound; not with --no-offload)",
     )
     p.add_argument(
         "--no-offload",

@@ -8,12 +8,12 @@ changes is who waits when the two cores are busy: the write (its embedding is sc
 renders' work), not the renders. If the embedding process dies, a new one is started and the write
 is embedded again (the same model: the same vectors); if that fails too, the worker embeds it itself.
 
-A write's wait is bounded (``ServerConfig.write_wait``): a write whose vectors are not back within its
-allowance (``write_wait`` seconds per 4,000 characters embedded, at least one allowance, counted from
-its admission) is answered 503 :class:`~flexamem.errors.ServerBusyError` with ``Retry-After`` and
-stores nothing. Its embedding goes on: the vectors are kept (newest first, a bounded number), so the
-retry (the one-API client makes it) takes them instead of embedding again, and a text already being
-embedded for an earlier attempt is waited for, not embedded twice.
+A write's wait can be bounded (``ServerConfig.write_wait``, off by default): a write whose vectors are
+not back within its allowance (``write_wait`` seconds per 4,000 characters embedded, at least one
+allowance, counted from its admission) is answered 503 :class:`~flexamem.errors.ServerBusyError`
+with ``Retry-After`` and stores nothing. Its embedding goes on: the vectors are kept (newest first, a
+bounded number), so the retry (the one-API client makes it) takes them instead of embedding again,
+and a text already being embedded for an earlier attempt is waited for, not embedded twice.
 """
 
 from __future__ import annotations
