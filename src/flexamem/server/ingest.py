@@ -39,7 +39,7 @@ from flexamem.write.embed import Embedder
 
 DEFAULT_NICE = 10
 CHARS_PER_ALLOWANCE = 4000  # ~1,000 tokens: a write this long (or shorter) waits one allowance at most
-KEPT_VECTORS = 40_000  # vectors of finished embeddings kept for a retry (~60 MB of float32 at 384)
+KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most ~60 MB of float32 at 384)
 
 
 @dataclass
@@ -108,20 +108,19 @@ class OffloadedEmbedder:
         self._ready: Future[np.ndarray] | None = None  # the process's first job: its model loaded
         self._broken: set[int] = set()  # ids of pools whose process died (seen by a job's callback)
         self._jobs_lock = threading.Lock()
-        self._running: dict[str, Future[np.ndarray]] = {}  # text -> the job embedding it
-        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # text -> its vector, newest last
+        self._running: dict[str, tuple[Future[np.ndarray], int]] = {}  # text -> the job embedding it, its row
+        self._orphans: set[Future[np.ndarray]] = set()  # jobs of refused writes: their vectors are kept
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # a refused write's vectors, newest last
         self.offloaded = 0  # texts embedded by the embedding process
         self.restarts = 0  # embedding processes that died and were replaced
-        self.late = 0  # writes answered busy because their vectors were not back within their wait
 
     def _pool_locked(self) -> ProcessPoolExecutor:
         """The embedding process (under ``_lock``): a new one, with a first job that loads its model,
         when there is none or it died."""
         with self._jobs_lock:
             dead = self._pool is not None and id(self._pool) in self._broken
+            self._broken.discard(id(self._pool))
         if dead and self._pool is not None:
-            with self._jobs_lock:
-                self._broken.discard(id(self._pool))
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         if self._pool is None:
@@ -156,11 +155,12 @@ class OffloadedEmbedder:
         return self.local.embed(texts)
 
     def _offloaded(self, texts: list[str], clock: WriteClock) -> np.ndarray:
-        """The vectors of ``texts`` from the embedding process: kept ones taken, ones being embedded for
-        another write (or an earlier attempt) waited for, the rest sent in one job."""
+        """The vectors of ``texts`` from the embedding process: those kept for a refused write's retry
+        taken, those another write (or an earlier attempt) is having embedded waited for, the rest sent
+        in one job."""
         with self._jobs_lock:
-            jobs = {t: self._running[t] for t in dict.fromkeys(texts) if t not in self._kept and t in self._running}
-            new = [t for t in dict.fromkeys(texts) if t not in self._kept and t not in jobs]
+            rows = {t: self._running[t] for t in dict.fromkeys(texts) if t not in self._kept and t in self._running}
+            new = [t for t in dict.fromkeys(texts) if t not in self._kept and t not in rows]
         if new:
             with self._lock:
                 pool = self._pool_locked()
@@ -171,8 +171,8 @@ class OffloadedEmbedder:
                         self._broken.add(id(pool))
                     raise
             with self._jobs_lock:
-                for t in new:
-                    self._running[t] = jobs[t] = job
+                for i, t in enumerate(new):
+                    self._running[t] = rows[t] = (job, i)
             job.add_done_callback(functools.partial(self._finished, new, id(pool)))
         with self._lock:
             ready = self._ready
@@ -180,47 +180,63 @@ class OffloadedEmbedder:
             started = time.monotonic()  # its model load is not the write's wait
             wait([ready])
             clock.start += time.monotonic() - started
-        waiting = set(jobs.values())
+        jobs = {job for job, _ in rows.values()}
         deadline = clock.deadline()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        _, late = wait(waiting, timeout=timeout)
+        _, late = wait(jobs, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         if late:
-            self.late += 1
+            self._orphan(rows)
             raise ServerBusyError(
                 "this write's vectors were not ready within its wait (the server is busy): nothing was stored, "
                 "send it again after Retry-After seconds (its embedding goes on and is kept for the retry)"
             )
-        for done in waiting:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with self._jobs_lock:
+            kept = {t: self._kept[t] for t in texts if t in self._kept}
+        for n, t in enumerate(texts):
+            if t in kept:
+                out[n] = kept[t]
+                continue
+            job, i = rows[t]
             try:
-                done.result()  # the embedding process's failure, if any (BrokenProcessPool: embed again)
+                out[n] = job.result()[i]  # the embedding process's failure, if any (BrokenProcessPool: again)
             except BrokenProcessPool:
-                if new and done is job:  # ours: its pool is dead, whether or not its callback ran yet
+                if new and job is rows[new[0]][0]:  # ours: its pool is dead, whether or not its callback ran
                     with self._jobs_lock:
                         self._broken.add(id(pool))
                 raise
+        return out
+
+    def _orphan(self, rows: dict[str, tuple[Future[np.ndarray], int]]) -> None:
+        """A refused write's texts: their vectors are kept for its retry (at once for a job already done,
+        by the job's callback for one still running)."""
         with self._jobs_lock:
-            found = {t: self._kept.get(t) for t in texts}
-        missing = [t for t, v in found.items() if v is None]  # pushed out already by a flood of writes
-        if missing:
-            found.update(zip(missing, self.local.embed(missing), strict=True))
-        return np.stack([np.asarray(found[t], dtype=np.float32) for t in texts])
+            for t, (job, i) in rows.items():
+                if not job.done():
+                    self._orphans.add(job)
+                elif not job.cancelled() and job.exception() is None:
+                    self._keep(t, job.result()[i])
+
+    def _keep(self, text: str, vector: np.ndarray) -> None:  # under _jobs_lock
+        self._kept[text] = vector
+        self._kept.move_to_end(text)
+        while len(self._kept) > KEPT_VECTORS:
+            self._kept.popitem(last=False)
 
     def _finished(self, texts: list[str], pool: int, job: Future[np.ndarray]) -> None:
-        """A job is done (in the pool's thread): keep its vectors, or mark its process dead."""
+        """A job is done (in the pool's thread): keep its vectors if its write was refused, or mark its
+        process dead."""
         error = None if job.cancelled() else job.exception()
         with self._jobs_lock:
             for t in texts:
-                if self._running.get(t) is job:
+                if self._running.get(t, (None, 0))[0] is job:
                     del self._running[t]
-            if job.cancelled() or error is not None:
-                if isinstance(error, BrokenProcessPool):
-                    self._broken.add(pool)
-                return
-            for t, v in zip(texts, job.result(), strict=True):
-                self._kept[t] = v
-                self._kept.move_to_end(t)
-            while len(self._kept) > KEPT_VECTORS:
-                self._kept.popitem(last=False)
+            orphan = job in self._orphans
+            self._orphans.discard(job)
+            if isinstance(error, BrokenProcessPool):
+                self._broken.add(pool)
+            if orphan and not job.cancelled() and error is None:
+                for t, v in zip(texts, job.result(), strict=True):
+                    self._keep(t, v)
 
     def close(self) -> None:
         with self._lock:
