@@ -31,7 +31,7 @@ from typing import Any
 import flexamem as fm
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem_bench.datasets import QAHistory, locomo_histories, longmemeval_histories
-from flexamem_bench.folds import choose, deal
+from flexamem_bench.folds import Choice, candidates, deal, narrowed, report, table
 from flexamem_bench.harness import close_context, measure, open_context, turn_pieces
 from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
@@ -126,36 +126,14 @@ def figures(scores: dict[str, Scores], items: set[str]) -> dict[str, list[float]
 
 
 def crossfold(results: dict[str, dict[str, Scores]], fold_of: dict[str, int], k: int) -> list[dict[str, Any]]:
-    defaults = fm.Settings()
-    settings: dict[str, list[str]] = {"variant": list(VARIANTS)}
-    for s, vs in GRID.items():
-        settings[s] = [f"{s}={v}" for v in vs]
-    settings = {s: keys for s, keys in settings.items() if all(key in results for key in keys)}  # those scored
     everyone = set(fold_of)
-    report = []
-    for setting, keys in settings.items():
-        default = "auto" if setting == "variant" else f"{setting}={getattr(defaults, setting)}"
-        choice = choose(keys, default, fold_of, k, lambda key, items: objective(results[key], items))
-        in_fold, chosen = choice.in_fold, list(choice.per_fold)
-        held_scores = {  # every question scored by the value chosen without its fold
-            name: {ib: results[choice.held(fold_of[ib[0]])][name][ib] for ib in results[default][name]}
-            for name in BUDGETS
-        }
-        report.append(
-            {
-                "setting": setting,
-                "default": default,
-                "chosen_in_fold": in_fold,
-                "chosen_per_fold": chosen,
-                "default_score": objective(results[default], everyone),
-                "in_fold_score": objective(results[in_fold], everyone),
-                "out_of_fold_score": objective(held_scores, everyone),
-                "default_figures": figures(results[default], everyone),
-                "in_fold_figures": figures(results[in_fold], everyone),
-                "out_of_fold_figures": figures(held_scores, everyone),
-            }
-        )
-    return report
+
+    def held(choice: Choice) -> dict[str, Scores]:  # every question scored by the value chosen without its fold
+        base = results[choice.default]
+        return {name: {ib: results[choice.held(fold_of[ib[0]])][name][ib] for ib in base[name]} for name in BUDGETS}
+
+    settings = candidates(results, VARIANTS, GRID, fm.Settings())
+    return report(results, settings, fold_of, k, objective, held, lambda scores: figures(scores, everyone))
 
 
 def unflatten(raw: dict[str, dict[str, list[list[Any]]]]) -> dict[str, dict[str, Scores]]:
@@ -189,28 +167,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scores:
         results = unflatten(json.loads(scores_path.read_text()))
     else:
-        grid, variants = GRID, VARIANTS
-        if args.settings:
-            wanted = args.settings.split(",")
-            unknown = sorted(set(wanted) - set(GRID))
-            if unknown:
-                parser.error(f"no grid for {', '.join(unknown)} (there: {', '.join(GRID)})")
-            grid, variants = {s: GRID[s] for s in wanted}, ("auto",)
+        try:
+            grid, variants = narrowed(args.settings, GRID, VARIANTS)
+        except ValueError as exc:
+            parser.error(str(exc))
         results = score_all(sets, Path(args.stores), grid, variants, args.measure)
         if args.settings and scores_path.exists():  # the other settings' scores from the earlier run stay
             results = {**unflatten(json.loads(scores_path.read_text())), **results}
         flat = {key: {name: [[i, b, v] for (i, b), v in s.items()] for name, s in by.items()}
                 for key, by in results.items()}  # fmt: skip
         scores_path.write_text(json.dumps(flat))
-    report = crossfold(results, fold_of, args.folds)
-    out.write_text(json.dumps(report, indent=1))
-    print("| setting | default | chosen in fold | chosen per fold | default | in fold | out of fold |")
-    print("|---|---|---|---|---:|---:|---:|")
-    for r in report:
-        per_fold = ", ".join(c.split("=")[-1] for c in r["chosen_per_fold"])
-        scores = " | ".join(f"{100 * r[k]:.2f}" for k in ("default_score", "in_fold_score", "out_of_fold_score"))
-        print(f"| {r['setting']} | {r['default'].split('=')[-1]} | {r['chosen_in_fold'].split('=')[-1]} "
-              f"| {per_fold} | {scores} |")  # fmt: skip
+    report_rows = crossfold(results, fold_of, args.folds)
+    out.write_text(json.dumps(report_rows, indent=1))
+    print(table(report_rows))
     return 0
 
 

@@ -34,7 +34,7 @@ import flexamem as fm
 from flexamem.tokens import counter
 from flexamem.write.default_embed import default_embedder
 from flexamem_bench.agent_harness import replay_method
-from flexamem_bench.folds import choose, deal
+from flexamem_bench.folds import Choice, candidates, deal, narrowed, report, table
 from flexamem_bench.replay import AGENT_AUTO_ABLATIONS, FlexaMem, effective_budget, measure_step
 from flexamem_bench.trajectories import Trajectory, load_trajectories
 
@@ -57,6 +57,7 @@ GRID: dict[str, list[Any]] = {
 # the readers' dense weight is the agent_auto_alpha grid)
 VARIANTS = tuple(v for v in AGENT_AUTO_ABLATIONS if v not in ("auto-pieces", "auto-dense-half"))
 
+MEASURES = ("detail_recall", "trace_coverage")  # the two columns of a row
 Row = tuple[float | None, float]  # (detail_recall or None where no detail is needed, trace_coverage)
 Scores = dict[tuple[str, int, int], Row]  # (trajectory, step, budget) -> row
 
@@ -135,39 +136,16 @@ def objective(scores: Scores, trajs: set[str]) -> float:
 
 
 def crossfold(results: dict[str, Scores], fold_of: dict[str, int], k: int) -> list[dict[str, Any]]:
-    defaults = fm.Settings()
-    settings: dict[str, list[str]] = {"variant": list(VARIANTS)}
-    settings.update({s: [f"{s}={v}" for v in vs] for s, vs in GRID.items()})
-    settings = {s: keys for s, keys in settings.items() if all(key in results for key in keys)}  # those scored
     everyone = set(fold_of)
-    report = []
-    for setting, keys in settings.items():
-        default = "auto" if setting == "variant" else f"{setting}={getattr(defaults, setting)}"
-        choice = choose(keys, default, fold_of, k, lambda key, trajs: objective(results[key], trajs))
-        in_fold, chosen = choice.in_fold, list(choice.per_fold)
-        held_scores = {r: results[choice.held(fold_of[r[0]])][r] for r in results[default]}
 
-        def pct(scores: Scores, column: int = 0) -> list[float]:
-            return [round(100 * v, 1) for v in means(scores, everyone, column)]
+    def held(choice: Choice) -> Scores:  # every step scored by the value chosen without its trajectory's fold
+        return {r: results[choice.held(fold_of[r[0]])][r] for r in results[choice.default]}
 
-        report.append(
-            {
-                "setting": setting,
-                "default": default,
-                "chosen_in_fold": in_fold,
-                "chosen_per_fold": chosen,
-                "default_score": objective(results[default], everyone),
-                "in_fold_score": objective(results[in_fold], everyone),
-                "out_of_fold_score": objective(held_scores, everyone),
-                "default_figures": pct(results[default]),
-                "in_fold_figures": pct(results[in_fold]),
-                "out_of_fold_figures": pct(held_scores),
-                "default_trace": pct(results[default], 1),
-                "out_of_fold_trace": pct(held_scores, 1),
-                "every_value": {key: pct(results[key]) + pct(results[key], 1) for key in keys},
-            }
-        )
-    return report
+    def figures(scores: Scores) -> dict[str, list[float]]:
+        return {m: [round(100 * v, 1) for v in means(scores, everyone, c)] for c, m in enumerate(MEASURES)}
+
+    settings = candidates(results, VARIANTS, GRID, fm.Settings())
+    return report(results, settings, fold_of, k, objective, held, figures)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,25 +168,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = json.loads(scores_path.read_text())
         results = {key: {(i, int(t), int(b)): (d, c) for i, t, b, d, c in rows} for key, rows in raw.items()}
     else:
-        grid, variants = GRID, VARIANTS
-        if args.settings:
-            wanted = args.settings.split(",")
-            unknown = sorted(set(wanted) - set(GRID))
-            if unknown:
-                parser.error(f"no grid for {', '.join(unknown)} (there: {', '.join(GRID)})")
-            grid, variants = {s: GRID[s] for s in wanted}, ("auto",)
+        try:
+            grid, variants = narrowed(args.settings, GRID, VARIANTS)
+        except ValueError as exc:
+            parser.error(str(exc))
         results = score_all(trajs, grid, variants)
         scores_path.write_text(json.dumps({key: [[*k, *v] for k, v in s.items()] for key, s in results.items()}))
-    report = crossfold(results, fold_of, args.folds)
-    out.write_text(json.dumps(report, indent=1))
-    print("| setting | default | chosen in fold | chosen per fold | default | in fold | out of fold | trace |")
-    print("|---|---|---|---|---:|---:|---:|---|")
-    for r in report:
-        per_fold = ", ".join(c.split("=")[-1] for c in r["chosen_per_fold"])
-        scores = " | ".join(f"{100 * r[k]:.2f}" for k in ("default_score", "in_fold_score", "out_of_fold_score"))
-        trace = f"{' / '.join(map(str, r['default_trace']))} -> {' / '.join(map(str, r['out_of_fold_trace']))}"
-        print(f"| {r['setting']} | {r['default'].split('=')[-1]} | {r['chosen_in_fold'].split('=')[-1]} "
-              f"| {per_fold} | {scores} | {trace} |")  # fmt: skip
+    report_rows = crossfold(results, fold_of, args.folds)
+    out.write_text(json.dumps(report_rows, indent=1))
+
+    def trace(r: dict[str, Any]) -> str:
+        default, held = r["default_figures"]["trace_coverage"], r["out_of_fold_figures"]["trace_coverage"]
+        return f"{' / '.join(map(str, default))} -> {' / '.join(map(str, held))}"
+
+    print(table(report_rows, ("trace, default -> out of fold", trace)))
     return 0
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from flexamem_bench.folds import choose, deal
+from flexamem_bench.folds import Choice, candidates, choose, deal, narrowed, report, table
 
 
 def test_deal_spreads_every_group_over_the_folds_the_same_way_each_run() -> None:
@@ -32,3 +32,29 @@ def test_a_tie_keeps_the_default_and_the_default_must_be_scored() -> None:
     assert choice.in_fold == "b" and choice.per_fold == ("b", "b")
     with pytest.raises(ValueError, match="default"):
         choose(["a"], "b", fold_of, 2, lambda key, items: 0.0)
+
+
+def test_the_report_scores_each_item_by_the_value_chosen_without_its_fold() -> None:
+    class Defaults:
+        v, w = 1, 1
+
+    results = {"auto": {"x": 0.5, "y": 0.5}, "v=1": {"x": 1.0, "y": 0.0}, "v=2": {"x": 0.0, "y": 0.6}}
+    settings = candidates(results, ["auto"], {"v": [1, 2], "w": [1]}, Defaults())
+    assert settings == {"variant": ("auto", ["auto"]), "v": ("v=1", ["v=1", "v=2"])}  # w was not scored
+    fold_of = {"x": 0, "y": 1}
+
+    def objective(scores: dict[str, float], items: set[str]) -> float:
+        return sum(scores[i] for i in items)
+
+    def held(choice: Choice) -> dict[str, float]:
+        return {i: results[choice.held(fold_of[i])][i] for i in fold_of}
+
+    rows = report(results, settings, fold_of, 2, objective, held, lambda s: sorted(s.values()))
+    v = rows[1]
+    assert v["chosen_per_fold"] == ["v=2", "v=1"]  # fold 0 (x) is chosen on y, fold 1 (y) on x
+    assert v["out_of_fold_score"] == 0.0 and v["in_fold_score"] == 1.0 == v["default_score"]
+    assert v["every_value"] == {"v=1": [0.0, 1.0], "v=2": [0.0, 0.6]}
+    assert "| v | 1 | 1 | 2, 1 | 100.00 | 100.00 | 0.00 |" in table(rows)
+    assert narrowed("v", {"v": [1], "w": [2]}, ["auto", "auto-x"]) == ({"v": [1]}, ("auto",))
+    with pytest.raises(ValueError, match="no grid for z"):
+        narrowed("v,z", {"v": [1]}, ["auto"])
