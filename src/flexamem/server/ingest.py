@@ -62,13 +62,13 @@ _WRITING: contextvars.ContextVar[WriteClock | None] = contextvars.ContextVar("fl
 
 
 @contextlib.contextmanager
-def writing(wait: float | None = None) -> Iterator[WriteClock]:
+def writing(wait: float | None = None) -> Iterator[None]:
     """Mark the code inside as a write: its embeddings go to the embedding process, and wait for their
     vectors at most ``wait`` seconds per allowance (None: as long as it takes)."""
     clock = WriteClock(time.monotonic(), wait)
     token = _WRITING.set(clock)
     try:
-        yield clock
+        yield
     finally:
         _WRITING.reset(token)
 
