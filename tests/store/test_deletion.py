@@ -185,3 +185,34 @@ def test_writes_racing_drops_land_wholly_before_or_after(store_path: str, tenant
     assert final.verify() == []
     assert [n.seq for n in final.notes()] == list(range(len(final)))
     assert final.render("note", budget=300).tokens <= 285
+
+
+def test_a_history_started_and_dropped_inside_a_write_is_a_lost_race(
+    store_path: str, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL lets another writer start the history and a drop delete it between a write's insert of
+    the history row (which the other row made a no-op) and its read of that row: the read found nothing
+    and the write failed with TypeError (CI, the racing test above). It is now a lost race the core
+    retries: the write lands, numbered from 0. (SQLite runs one writer at a time: the interleaving is
+    forced there too, and must change nothing.)"""
+    mem, other = fm.Memory(store_path, history=tenant), fm.Memory(store_path, history=tenant)
+    store = mem.store
+    run = store._run  # the one statement the interleaving needs
+    fired: list[str] = []
+
+    def run_with_a_race(conn: object, sql: str, args: object = ()) -> object:
+        if sql.startswith("INSERT INTO histories") and not fired and store_path.startswith("postgres"):
+            fired.append(sql)
+            other.add_session(say("the other writer"), session_id="o")  # commits its own history row
+            result = run(conn, sql, args)  # a no-op now: the row exists
+            other.drop()  # deleted before this write reads the row
+            return result
+        return run(conn, sql, args)
+
+    monkeypatch.setattr(store, "_run", run_with_a_race)
+    mem.add_session(say("mine"), session_id="m")
+    monkeypatch.undo()
+    assert fired or not store_path.startswith("postgres")
+    final = fm.Memory(store_path, history=tenant)
+    assert [(n.seq, n.unit_id) for n in final.notes()] == [(0, "m")]
+    assert final.verify() == []

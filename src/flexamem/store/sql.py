@@ -209,6 +209,8 @@ class SQLStore:
                 raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
             self._run(conn, NEW_HISTORY, history_row(history, kind, meta, epoch, None))
             row = self._run(conn, head, (history,)).fetchone()
+            if row is None:  # PostgreSQL: another writer's row stopped the insert, and a drop deleted it since
+                raise ConcurrentWriteError(f"history {history!r} was started and deleted while this write began")
         if row[1] != epoch:
             if create:
                 raise ConcurrentWriteError(f"another writer started history {history!r} first")
@@ -240,9 +242,11 @@ class SQLStore:
                 self._check_epoch(conn, history, epoch, create, kind, meta)
             elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
                 self._run(conn, NEW_HISTORY, history_row(history, kind, meta, new_epoch(), None))
-                stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()[0]
-                if stored != kind:
-                    raise StoreError(f"history {history!r} is a {stored} history, not {kind}")
+                stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()
+                if stored is None:  # as in _check_epoch: another writer's row, dropped since
+                    raise ConcurrentWriteError(f"history {history!r} was started and deleted while this write began")
+                if stored[0] != kind:
+                    raise StoreError(f"history {history!r} is a {stored[0]} history, not {kind}")
             previous = None
             for step in steps:
                 if previous is None:  # the chain goes on from the stored step before (read in this transaction)
