@@ -31,6 +31,25 @@ def test_fuzz_counts_match_reference(text: str) -> None:
     assert counter().encode(text) == _reference.encode_ordinary(text)
 
 
+JOIN_CHARS = st.sampled_from([*"ab Z9/\n\r\t.:…-#' é", "\u00a0", "\u2028", "\u0301", "\x1c", "🎉"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(JOIN_CHARS, max_size=12), st.text(JOIN_CHARS, max_size=12), st.booleans())
+def test_a_join_counted_from_its_parts_equals_the_whole_count(left: str, right: str, line_end: bool) -> None:
+    c = counter()
+    left = left + "\n" if line_end else left
+    assert c.count_joined(left, c.count(left), right, c.count(right)) == c.count(left + right)
+
+
+def test_joins_that_merge_tokens_are_counted_whole() -> None:
+    """A line break absorbs a ``/`` after it, or more whitespace: the parts' counts would be wrong."""
+    c = counter()
+    for left, right in [("x:\n", "//"), ("…\n", "/usr/bin"), ("a\n", "\n b"), ("a.\n", "\nb")]:
+        assert c.count(left) + c.count(right) != c.count(left + right)
+        assert c.count_joined(left, c.count(left), right, c.count(right)) == c.count(left + right)
+
+
 def test_shared_instance_and_batch() -> None:
     assert counter() is counter()
     assert counter().count_many(SAMPLES) == [fm.count(s) for s in SAMPLES]

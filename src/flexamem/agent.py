@@ -40,7 +40,7 @@ from flexamem.core import HistoryCore
 from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError, StoreFullError
 from flexamem.names import session_history
 from flexamem.notes import Step, UnitDraft
-from flexamem.render.messages import message_tokens, messages_tokens
+from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Entry
@@ -98,6 +98,7 @@ class AgentSession:
         self._messages: list[list[Message]] = []
         self._raw_tokens: list[int] = []
         self._msg_tokens: list[int] = []
+        self._fixed_tokens: tuple[tuple[str | None, str], int] | None = None  # (system, task) and their count
         self._step_ids: dict[str, int] = {}
         self._commands: list[str | None] = []  # each step's command (write.units.command_text), or None
         self._trace_lines: dict[int, tuple[str, int, str, int]] = {}  # step index -> its trace forms
@@ -360,7 +361,9 @@ class AgentSession:
     def _context(self, options: RenderOptions, mode: str, positions: Sequence[int] | None = None) -> AgentContext:
         ceiling = self.core.ceiling(self.budget)
         fixed = self.fixed_messages()
-        p = messages_tokens(fixed, self.counter)
+        if self._fixed_tokens is None or self._fixed_tokens[0] != (self.system, self.task):
+            self._fixed_tokens = ((self.system, self.task), messages_tokens(fixed, self.counter))
+        p = self._fixed_tokens[1]
         if p >= ceiling:
             raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
         units = self.units()
@@ -400,20 +403,27 @@ class AgentSession:
             trace_tokens = self.counter.count(trace) + 1 if trace else 0
         rendering = self._render(query, allowance - trace_tokens, reference - trace_tokens, first, options, mode)
 
-        def compose(*parts: str) -> tuple[list[Message], int]:
-            """The context and its tokens: the fixed part and the window are counted already."""
-            text = "\n".join(t for t in parts if t)
-            memory = [{"role": "user", "content": MEMORY_HEADER + text}] if text else []
-            return [*fixed, *memory, *window], p + w + sum(message_tokens(m, self.counter) for m in memory)
+        def compose(trace: str) -> tuple[list[Message], int]:
+            """The context and its tokens: the fixed part, the window and the rendering are counted
+            already; the memory message is counted from its parts where their joins cannot merge tokens."""
+            if not trace and not rendering.text:
+                return [*fixed, *window], p + w
+            c, text = self.counter, rendering.text
+            if not text:
+                content, content_tokens = MEMORY_HEADER + trace, c.count(MEMORY_HEADER + trace)
+            else:
+                head = MEMORY_HEADER + trace + "\n" if trace else MEMORY_HEADER
+                content, content_tokens = head + text, c.count_joined(head, c.count(head), text, rendering.tokens)
+            return [*fixed, {"role": "user", "content": content}, *window], p + w + MESSAGE_OVERHEAD + content_tokens
 
-        messages, tokens = compose(trace, rendering.text)
+        messages, tokens = compose(trace)
         if shown and trace:  # a unit the trace's room took out of raw: its command joins it when it fits
             now = {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
             if not shown <= now:
-                fuller = compose(self._trace(upto, allowance, now), rendering.text)
+                fuller = compose(self._trace(upto, allowance, now))
                 messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
         if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
-            messages, tokens = compose(rendering.text)
+            messages, tokens = compose("")
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
     def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:

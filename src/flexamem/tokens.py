@@ -85,6 +85,16 @@ class TokenCounter:
             return 0
         return len(self._enc.encode_ordinary(text))
 
+    def count_joined(self, left: str, left_tokens: int, right: str, right_tokens: int) -> int:
+        """Tokens of ``left + right`` from the counts of its two parts where the join cannot merge
+        tokens: ``left`` ends with a line break and ``right`` begins with neither whitespace nor ``/``.
+        Under ``O200K_PATTERN`` the pre-token holding that line break then ends where ``left`` ends
+        (only more whitespace, line breaks or ``/`` could extend it) and ``right``'s pre-tokens are the
+        ones it has alone (the pattern never looks behind). Any other join is counted whole."""
+        if left.endswith("\n") and right and not right[0].isspace() and right[0] != "/":
+            return left_tokens + right_tokens
+        return self.count(left + right)
+
     def count_many(self, texts: list[str]) -> list[int]:
         """Counts a batch (sequentially: tiktoken's thread pool costs more than it saves here)."""
         encode = self._enc.encode_ordinary

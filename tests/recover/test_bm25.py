@@ -40,6 +40,8 @@ def test_scores_equal_the_formula(docs: list[list[str]], query: list[str]) -> No
     assert np.allclose(got, want)
     assert set(ids.tolist()) == {i for i, d in enumerate(docs) if set(d) & set(query)}
     assert np.allclose(index.score_docs(query, list(range(len(docs)))), want)
+    # excerpts rank a unit's pieces from score_all: the very same floats as score_docs, so ties break alike
+    assert index.score_all(query).tolist() == index.score_docs(query, list(range(len(docs)))).tolist()
 
 
 def test_incremental_adds_match_a_fresh_build() -> None:

@@ -171,6 +171,14 @@ class BM25Index:
         unique, inverse = np.unique(docs, return_inverse=True)
         return unique, np.bincount(inverse, weights=scores, minlength=len(unique))
 
+    def score_all(self, query: Sequence[str]) -> np.ndarray:
+        """Every document's score (0 where no term matches), from one :meth:`search`: cheaper than
+        :meth:`score_docs` once several groups of documents are scored against the same query."""
+        out = np.zeros(len(self._lengths), dtype=np.float64)
+        docs, scores = self.search(query)
+        out[docs] = scores
+        return out
+
     def score_docs(self, query: Sequence[str], docs: Sequence[int]) -> np.ndarray:
         """Scores of the given documents only (used to rank the pieces of one unit)."""
         wanted = np.asarray(docs, dtype=np.int64)

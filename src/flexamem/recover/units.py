@@ -82,6 +82,7 @@ class Recovery:
         self.excerpt_tokens = excerpt_tokens
         self.record_tokens = record_tokens  # tokens of note seq's timeline line
         self._excerpts: dict[int, tuple[str, int, tuple[int, ...]]] = {}
+        self._piece_scores: np.ndarray | None = None  # every piece's BM25 score, the first time one is asked
 
     def raw_tokens(self, seq: int) -> int:
         """Tokens of the raw block (header + raw text), from the counts cached at write time."""
@@ -116,9 +117,10 @@ class Recovery:
     def best_pieces(self, note: Note, limit: int) -> list[int]:
         """Pieces ranked by BM25 (IDF over the whole history; ties: earlier), taken while they fit."""
         first = self.history.doc_of[note.seq]
-        docs = list(range(first, first + len(note.pieces)))
-        scores = self.history.index.score_docs(self.excerpt_query, docs) if docs else np.zeros(0)
-        order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
+        if self._piece_scores is None:  # one pass over the query's postings serves every candidate
+            self._piece_scores = self.history.index.score_all(self.excerpt_query)
+        scores = self._piece_scores[first : first + len(note.pieces)]
+        order = sorted(range(len(note.pieces)), key=lambda i: (-scores[i], i))
         chosen, used = [], 0
         for i in order:
             piece = note.pieces[i]
