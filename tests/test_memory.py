@@ -86,6 +86,11 @@ def test_unknown_unit_and_settings_validation(mem: fm.Memory) -> None:
         fm.Settings(kappa=0)
     with pytest.raises(ValueError, match="lam"):
         fm.Settings(lam=1.0)
+    with pytest.raises(fm.InvalidInputError, match="auto_turn_vector"):
+        fm.Settings(auto_turn_vector=1.5)
+    with pytest.raises(fm.InvalidInputError, match="auto_turn_vector"):
+        fm.Settings(auto_turn_vector=-0.1)
+    assert fm.Settings(auto_turn_vector=0.0).auto_turn_vector == 0.0  # the best piece alone, as before
 
 
 def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from flexamem.errors import InvalidInputError
 
-_MAY_BE_ZERO = frozenset({"agent_auto_identifiers", "agent_auto_code"})
+_MAY_BE_ZERO = frozenset({"agent_auto_identifiers", "agent_auto_code", "auto_turn_vector"})
 
 
 T = TypeVar("T")
@@ -104,6 +104,13 @@ class Settings:
     timeline is longer, it keeps up to ``rho`` (every unit still covered) before the oldest entries are
     hidden. Pieces get the rest."""
 
+    auto_turn_vector: float = 1.0
+    """``auto`` for readers: the share of a turn's dense score that comes from the turn as a whole (its
+    head vector: the token-weighted sum of the vectors of its pieces within its first 256 tokens) rather
+    than from its best piece. 1.0 is chosen by every fold out of fold (0.0, the best piece alone, was
+    the rule until 2026-12-02): LongMemEval dev + dev2 +3.0 / +1.0 / +0.8 / +1.0 points at 4k-32k,
+    LoCoMo unchanged (docs/CALIBRATION.md)."""
+
     auto_long_turn: float = 0.5
     """``auto`` for readers: a turn is shown whole or not at all, except one longer than this share of
     the pieces' room, whose best pieces are taken one by one (a long turn taken whole could crowd out
@@ -163,10 +170,9 @@ class Settings:
             raise InvalidInputError("setting kappa must be at least 4 tokens (one character can take 4)")
         if not self.lam < 1:
             raise InvalidInputError("setting lam (lambda) must be below 1")
-        if not max(self.rho, self.agent_auto_rho, self.agent_trace_share, self.auto_long_turn) <= 1:
-            raise InvalidInputError(
-                "settings rho, agent_auto_rho, agent_trace_share and auto_long_turn must be at most 1"
-            )
+        shares = ("rho", "agent_auto_rho", "agent_trace_share", "auto_long_turn", "auto_turn_vector")
+        if not max(getattr(self, name) for name in shares) <= 1:
+            raise InvalidInputError(f"settings {', '.join(shares)} must be at most 1")
         if not (self.auto_alpha <= 1 and self.auto_neighbour < 1 and self.auto_rho <= self.rho):
             raise InvalidInputError("settings: auto_alpha <= 1, auto_neighbour < 1 and auto_rho <= rho are required")
 

@@ -16,6 +16,8 @@ from flexamem.recover.bm25 import BM25Index, count_pairs
 from flexamem.text import code_terms, content_words, is_identifier, stem, stemmed
 
 BULK = 256  # pieces from which a load indexes in bulk
+TURN_HEAD = 256  # tokens: a turn's head, what its turn vector is made of (MiniLM reads 256 word pieces)
+HEAD_CHUNK = 4096  # turns whose head vectors are summed at a time (a bounded copy of the piece matrix)
 
 
 class History:
@@ -43,6 +45,8 @@ class History:
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
         self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
+        self._head_weights = np.zeros(0)  # per doc: its weight in its turn's head vector
+        self._head_norms = np.zeros(0)  # per turn: the norm of its head vector
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
 
     def __len__(self) -> int:
@@ -154,6 +158,32 @@ class History:
                 np.asarray(self.identifiers, dtype=np.float64),
             )
         return cached
+
+    def turn_heads(self) -> tuple[np.ndarray, np.ndarray]:
+        """``auto``'s turn vectors, as what a cosine needs: per doc, its weight in its turn's vector
+        (its tokens while the turn's first ``TURN_HEAD`` tokens last, else 0), and per turn, the norm
+        of the weighted sum of its piece vectors. A turn's cosine to a unit query is then the weighted
+        sum of its pieces' cosines over that norm. Extended with the docs (rows never change)."""
+        done = len(self._head_weights)
+        if done < len(self.piece_of):  # ``done`` is a note's first doc, so a turn's first doc
+            weights, before = [], 0
+            for d in range(done, len(self.piece_of)):
+                before = 0 if self.turn_start[d] else before
+                tokens = max(self.piece(d)[1].tokens, 1)
+                weights.append(float(tokens) if before < TURN_HEAD else 0.0)
+                before += tokens
+            w = np.asarray(weights)
+            starts = np.flatnonzero(np.asarray(self.turn_start[done:], dtype=bool))
+            norms = []
+            for first in range(0, len(starts), HEAD_CHUNK):
+                chunk = starts[first : first + HEAD_CHUNK]
+                after = first + HEAD_CHUNK
+                a, b = int(chunk[0]), int(starts[after]) if after < len(starts) else len(w)
+                rows = self._piece_matrix[done + a : done + b] * w[a:b, None].astype(np.float32)
+                norms.append(np.linalg.norm(np.add.reduceat(rows, chunk - a, axis=0), axis=1))
+            self._head_weights = np.concatenate([self._head_weights, w])
+            self._head_norms = np.concatenate([self._head_norms, *norms])
+        return self._head_weights, self._head_norms
 
     def piece_cost_floor(self, mark: int) -> list[int]:
         """Per BM25 doc, the least a piece can add to a pieces section: its line, label and newline,

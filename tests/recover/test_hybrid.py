@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -230,3 +231,42 @@ def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_fla
     half[starts[0]], half[starts[1]] = 1.0, 0.5
     got = turn_scores(h, half, cos, alpha=0.5, spread=2.0, top=2)
     assert np.allclose(got, 0.25 * np.maximum.reduceat(half, starts) + 0.75 * best_cos)
+
+
+def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto_turn_vector``: a turn's cosine is its head's (the weighted sum of the vectors of its
+    pieces within the first TURN_HEAD tokens), computed here from the pieces independently."""
+    from flexamem import history as history_module
+    from flexamem.history import TURN_HEAD, History
+    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+
+    mem = history_mem()
+    long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
+    turns = [{"speaker": "Ana", "text": long_turn, "id": "D3:1"}, {"speaker": "Ben", "text": "Nice.", "id": "D3:2"}]
+    mem.add_session(turns, session_id="s3")
+    h = mem.history
+    qv = mem.embedder.embed(["how do I care for tomato seedlings"])[0]
+    bm, cos = hybrid_parts(h, [], lambda: qv, len(h), dense=True)
+    assert cos is not None
+    starts = [*np.flatnonzero(h.doc_arrays()[1]), h.pieces_count]
+    want = []
+    for a, b in itertools.pairwise(starts):
+        vector, before = np.zeros(h.dim), 0
+        for d in range(a, b):
+            tokens = h.piece(d)[1].tokens
+            if before < TURN_HEAD:
+                vector += tokens * h.piece_matrix[d]
+            before += tokens
+        want.append(float(vector @ qv) / float(np.linalg.norm(vector)))
+    assert (h.turn_heads()[0] == 0).any()  # the long turn's pieces past its head are out of its vector
+    whole = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=1.0)  # dense alone
+    assert np.allclose(whole, want, atol=1e-5)
+    best = turn_scores(h, bm, cos, alpha=0.0, spread=2.0)
+    half = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=0.5)
+    assert np.allclose(half, 0.5 * best + 0.5 * whole)
+    # extended write by write, the heads equal those of the history loaded at once
+    fresh = History.from_notes(h.notes, h.dim)
+    assert all(np.allclose(x, y) for x, y in zip(h.turn_heads(), fresh.turn_heads(), strict=True))
+    monkeypatch.setattr(history_module, "HEAD_CHUNK", 3)  # summed a few turns at a time: the same heads
+    chunked = History.from_notes(h.notes, h.dim)
+    assert all(np.allclose(x, y) for x, y in zip(h.turn_heads(), chunked.turn_heads(), strict=True))

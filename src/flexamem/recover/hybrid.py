@@ -7,8 +7,10 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    over Snowball stems (the same on both sides; words holding a digit kept whole, so codes, ids and
    dates stay exact terms). The piece vectors are written with the notes; a piece without one takes
    its note's embedding.
-2. **Whole turns**: a turn (or agent block) scores as its best piece and its pieces are ranked
-   together, in text order, so a long turn is shown whole when room allows.
+2. **Whole turns**: a turn (or agent block) is scored as one and its pieces are ranked together, in
+   text order, so a long turn is shown whole when room allows. For readers its cosine is its head's
+   (the token-weighted sum of its first 256 tokens' piece vectors, ``auto_turn_vector``), not its
+   best piece's: a turn ranks as a retrieval over whole turns would see it.
 3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
    it in the same unit; an answer's question (or a question's answer) follows when room allows.
 
@@ -104,7 +106,14 @@ def fuse(bm: np.ndarray, cos: np.ndarray | None, alpha: float) -> np.ndarray:
 
 
 def turn_scores(
-    history: History, bm: np.ndarray, cos: np.ndarray, *, alpha: float, spread: float, top: int = 10
+    history: History,
+    bm: np.ndarray,
+    cos: np.ndarray,
+    *,
+    alpha: float,
+    spread: float,
+    top: int = 10,
+    turn_vector: float = 0.0,
 ) -> np.ndarray:
     """Readers' ``auto``: one score per turn, ``a * best bm25 + (1 - a) * best cosine`` of its pieces,
     with the BM25 weight ``a`` set per query by how much BM25 sets its best turns apart.
@@ -114,12 +123,21 @@ def turn_scores(
     question whose words single out a few turns (a name, a code, a rare word) keeps BM25's full weight;
     one whose words are spread evenly over many turns ("any tips for my phone?") is ranked mostly by
     meaning. Calibrated in docs/CALIBRATION.md.
+
+    A turn's cosine is ``(1 - turn_vector) * best piece cosine + turn_vector * its head's cosine``, the
+    head being the weighted sum of the piece vectors of its first ``TURN_HEAD`` tokens
+    (:meth:`History.turn_heads`): a turn about the question whose every line says only part of it
+    ranks as the whole turn reads, as a plain retrieval over whole turns would rank it.
     """
     starts = np.flatnonzero(history.doc_arrays()[1][: len(bm)])
     if len(starts) == 0:
         return np.zeros(0)
     best_bm = np.maximum.reduceat(bm, starts)
     best_cos = np.maximum.reduceat(cos, starts)
+    if turn_vector > 0:  # the turn as a whole: its head vector's cosine (History.turn_heads)
+        weights, norms = history.turn_heads()
+        whole = np.add.reduceat(cos * weights[: len(cos)], starts) / np.maximum(norms[: len(starts)], 1e-12)
+        best_cos = (1.0 - turn_vector) * best_cos + turn_vector * whole
     k = min(top, len(best_bm))
     flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
     a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))

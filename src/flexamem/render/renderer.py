@@ -431,7 +431,14 @@ class Renderer:
         scores = fuse(bm, cos, alpha)
         per_turn = None
         if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
-            per_turn = turn_scores(self.history, bm, cos, alpha=alpha, spread=s.auto_alpha_spread)
+            per_turn = turn_scores(
+                self.history,
+                bm,
+                cos,
+                alpha=alpha,
+                spread=s.auto_alpha_spread,
+                turn_vector=s.auto_turn_vector if options.piece_vectors else 0.0,  # heads need piece vectors
+            )
         ranked = hybrid_ranking(
             self.history,
             scores,
