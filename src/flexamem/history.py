@@ -45,6 +45,7 @@ class History:
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
         self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
+        self._doc_tokens = np.zeros(0)  # per doc: its piece's tokens
         self._head_weights = np.zeros(0)  # per doc: its weight in its turn's head vector
         self._head_norms = np.zeros(0)  # per turn: the norm of its head vector
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
@@ -159,6 +160,14 @@ class History:
             )
         return cached
 
+    def doc_tokens(self) -> np.ndarray:
+        """Per doc, its piece's tokens (cached, extended with the docs)."""
+        done = len(self._doc_tokens)
+        if done < len(self.piece_of):
+            new = np.fromiter((self.piece(d)[1].tokens for d in range(done, len(self.piece_of))), dtype=np.float64)
+            self._doc_tokens = np.concatenate([self._doc_tokens, new])
+        return self._doc_tokens
+
     def turn_heads(self) -> tuple[np.ndarray, np.ndarray]:
         """``auto``'s turn vectors, as what a cosine needs: per doc, its weight in its turn's vector
         (its tokens while the turn's first ``TURN_HEAD`` tokens last, else 0), and per turn, the norm
@@ -166,11 +175,11 @@ class History:
         sum of its pieces' cosines over that norm. Extended with the docs (rows never change)."""
         done = len(self._head_weights)
         if done < len(self.piece_of):  # ``done`` is a note's first doc, so a turn's first doc
-            weights, before = [], 0
+            weights, before, sizes = [], 0.0, self.doc_tokens()
             for d in range(done, len(self.piece_of)):
-                before = 0 if self.turn_start[d] else before
-                tokens = max(self.piece(d)[1].tokens, 1)
-                weights.append(float(tokens) if before < TURN_HEAD else 0.0)
+                before = 0.0 if self.turn_start[d] else before
+                tokens = max(float(sizes[d]), 1.0)
+                weights.append(tokens if before < TURN_HEAD else 0.0)
                 before += tokens
             w = np.asarray(weights)
             starts = np.flatnonzero(np.asarray(self.turn_start[done:], dtype=bool))
