@@ -147,3 +147,20 @@ def test_shown_is_built_on_first_use_only() -> None:
     mem.add_session([{"speaker": "B", "text": "the depot code is 7919"}], session_id="s2")
     rendered = mem.render("depot code", budget=200)
     assert [v.unit_id for v in rendered.shown] == ["s1", "s2"] and rendered.view("s2").pieces
+
+
+def test_unit_recovery_excerpts_are_made_once_per_query_and_history() -> None:
+    """An agent's call plans twice with one query: the second plan reuses the first's excerpts; a new
+    note, other query terms or another excerpt size make them again."""
+    mem = fm.Memory(":memory:")
+    mem.add_session([{"speaker": "A", "text": "The build failed on test_models.py line 42."}], session_id="a")
+    renderer = mem.renderer
+    first = renderer._recovery(["build", "failed"], 128)
+    assert renderer._recovery(["build", "failed"], 128) is first
+    assert renderer._recovery(["build"], 128) is not first
+    again = renderer._recovery(["build"], 64)
+    mem.add_session([{"speaker": "A", "text": "Fixed the import in models.py."}], session_id="b")
+    renderer = mem.renderer  # a write may give the memory a new renderer; either way nothing stale is used
+    assert renderer._recovery(["build"], 64) is not again
+    assert renderer._recovery(["build"], 64).excerpt(0)[0]  # scores made before the new note are not used
+    assert "Fixed the import" in renderer._recovery(["build"], 64).excerpt(1)[0]

@@ -18,7 +18,7 @@ import functools
 import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -150,6 +150,7 @@ class Renderer:
         self.counter = counter
         self.settings = settings
         self.piece_vectors = piece_vectors
+        self._recovery_memo: tuple[object, tuple[Any, ...], Recovery] | None = None
 
     def render(
         self,
@@ -246,13 +247,7 @@ class Renderer:
         """Unit recovery's plan: the timeline entries shown and hidden, the units chosen (raw, excerpt)
         and the timeline's spans after merging."""
         s = self.settings
-        recovery = Recovery(
-            self.history,
-            self.counter,
-            query.excerpt_terms,
-            s.excerpt_tokens,
-            lambda seq: self.timeline.record(seq).tokens,
-        )
+        recovery = self._recovery(query.excerpt_terms, s.excerpt_tokens)
         order: list[int] = []
         if options.recovery and query.order is not None:  # a plug-in: another memory's search order
             order = [int(seq) for seq in dict.fromkeys(query.order) if 0 <= int(seq) < n]
@@ -290,6 +285,21 @@ class Renderer:
             else []
         )
         return entries, hidden, chosen, spans
+
+    def _recovery(self, terms: Sequence[str], excerpt_tokens: int) -> Recovery:
+        """Unit recovery's excerpts for these query terms: the last one made is used again while the
+        history is unchanged (an agent's call plans twice with one query)."""
+        notes = self.history.notes
+        last = notes[-1] if notes else None
+        key = (len(notes), self.history.pieces_count, tuple(terms), excerpt_tokens)
+        memo = self._recovery_memo
+        if memo is not None and memo[0] is last and memo[1] == key:
+            return memo[2]
+        recovery = Recovery(
+            self.history, self.counter, terms, excerpt_tokens, lambda seq: self.timeline.record(seq).tokens
+        )
+        self._recovery_memo = (last, key, recovery)
+        return recovery
 
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
