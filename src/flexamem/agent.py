@@ -385,7 +385,8 @@ class AgentSession:
             self.step_messages(i for k in range(first, len(units)) for i in units[k]),
             sum(self.unit_tokens(units[k]) for k in range(first, len(units))),
         )
-        overhead = message_tokens({"role": "user", "content": MEMORY_HEADER}, self.counter) + 1
+        header = self.counter.count(MEMORY_HEADER)
+        overhead = MESSAGE_OVERHEAD + header + 1  # the memory message's framing, header and line break
         allowance = ceiling - p - w - overhead
         reference = ceiling - p - self.budget // 4 - overhead
         if allowance <= 0:
@@ -400,30 +401,33 @@ class AgentSession:
                 planned = self._raw_planned(query, allowance, reference, first, options)
                 shown = {i for k in planned for i in units[k]}  # steps whose units are raw: no trace line
             trace = self._trace(upto, allowance, shown)
-            trace_tokens = self.counter.count(trace) + 1 if trace else 0
+            trace_tokens = self.counter.count(trace + "\n") if trace else 0  # with the break before the rendering
         rendering = self._render(query, allowance - trace_tokens, reference - trace_tokens, first, options, mode)
 
-        def compose(trace: str) -> tuple[list[Message], int]:
-            """The context and its tokens: the fixed part, the window and the rendering are counted
-            already; the memory message is counted from its parts where their joins cannot merge tokens."""
-            if not trace and not rendering.text:
-                return [*fixed, *window], p + w
+        def compose(trace: str, trace_tokens: int) -> tuple[list[Message], int]:
+            """The context and its tokens, from counts made already (the fixed part, the window, the
+            header, ``trace`` with its line break, the rendering) where their joins cannot merge tokens."""
             c, text = self.counter, rendering.text
             if not text:
+                if not trace:
+                    return [*fixed, *window], p + w
                 content, content_tokens = MEMORY_HEADER + trace, c.count(MEMORY_HEADER + trace)
             else:
-                head = MEMORY_HEADER + trace + "\n" if trace else MEMORY_HEADER
-                content, content_tokens = head + text, c.count_joined(head, c.count(head), text, rendering.tokens)
+                head, head_tokens = MEMORY_HEADER, header
+                if trace:
+                    head, head_tokens = head + trace + "\n", c.count_joined(head, header, trace + "\n", trace_tokens)
+                content, content_tokens = head + text, c.count_joined(head, head_tokens, text, rendering.tokens)
             return [*fixed, {"role": "user", "content": content}, *window], p + w + MESSAGE_OVERHEAD + content_tokens
 
-        messages, tokens = compose(trace)
+        messages, tokens = compose(trace, trace_tokens)
         if shown and trace:  # a unit the trace's room took out of raw: its command joins it when it fits
             now = {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
             if not shown <= now:
-                fuller = compose(self._trace(upto, allowance, now))
+                more = self._trace(upto, allowance, now)
+                fuller = compose(more, self.counter.count(more + "\n"))
                 messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
         if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
-            messages, tokens = compose("")
+            messages, tokens = compose("", 0)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
     def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:

@@ -175,14 +175,12 @@ class History:
         sum of its pieces' cosines over that norm. Extended with the docs (rows never change)."""
         done = len(self._head_weights)
         if done < len(self.piece_of):  # ``done`` is a note's first doc, so a turn's first doc
-            weights, before, sizes = [], 0.0, self.doc_tokens()
-            for d in range(done, len(self.piece_of)):
-                before = 0.0 if self.turn_start[d] else before
-                tokens = max(float(sizes[d]), 1.0)
-                weights.append(tokens if before < TURN_HEAD else 0.0)
-                before += tokens
-            w = np.asarray(weights)
+            sizes = np.maximum(self.doc_tokens()[done:], 1.0)
             starts = np.flatnonzero(np.asarray(self.turn_start[done:], dtype=bool))
+            ends = np.cumsum(sizes)  # tokens up to each doc's end, from ``done``
+            turn_begins = (ends - sizes)[starts]  # ... up to each turn's first doc
+            before = ends - sizes - np.repeat(turn_begins, np.diff(np.append(starts, len(sizes))))
+            w = np.where(before < TURN_HEAD, sizes, 0.0)  # the doc's tokens while its turn's head lasts
             norms = []
             for first in range(0, len(starts), HEAD_CHUNK):
                 chunk = starts[first : first + HEAD_CHUNK]

@@ -133,15 +133,15 @@ def turn_scores(
     if len(starts) == 0:
         return np.zeros(0)
     best_bm = np.maximum.reduceat(bm, starts)
-    best_cos = np.maximum.reduceat(cos, starts)
+    turn_cos = np.maximum.reduceat(cos, starts) if turn_vector < 1 else 0.0  # the best piece's
     if turn_vector > 0:  # the turn as a whole: its head vector's cosine (History.turn_heads)
         weights, norms = history.turn_heads()
         whole = np.add.reduceat(cos * weights[: len(cos)], starts) / np.maximum(norms[: len(starts)], 1e-12)
-        best_cos = (1.0 - turn_vector) * best_cos + turn_vector * whole
+        turn_cos = (1.0 - turn_vector) * turn_cos + turn_vector * whole
     k = min(top, len(best_bm))
     flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
     a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))
-    out: np.ndarray = a * best_bm + (1.0 - a) * best_cos
+    out: np.ndarray = a * best_bm + (1.0 - a) * turn_cos
     return out
 
 

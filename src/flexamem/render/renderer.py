@@ -289,9 +289,8 @@ class Renderer:
     def _recovery(self, terms: Sequence[str], excerpt_tokens: int) -> Recovery:
         """Unit recovery's excerpts for these query terms: the last one made is used again while the
         history is unchanged (an agent's call plans twice with one query)."""
-        notes = self.history.notes
-        last = notes[-1] if notes else None
-        key = (len(notes), self.history.pieces_count, tuple(terms), excerpt_tokens)
+        last = self.history.notes[-1] if self.history.notes else None  # notes only grow: the newest names them
+        key = (tuple(terms), excerpt_tokens)
         memo = self._recovery_memo
         if memo is not None and memo[0] is last and memo[1] == key:
             return memo[2]

@@ -106,7 +106,7 @@ class OffloadedEmbedder:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._ready: Future[np.ndarray] | None = None  # the process's first job: its model loaded
-        self._broken: set[int] = set()  # ids of pools whose process died (seen by a job's callback)
+        self._broken: set[ProcessPoolExecutor] = set()  # pools whose process died (seen by a job's callback)
         self._jobs_lock = threading.Lock()
         self._running: dict[str, tuple[Future[np.ndarray], int]] = {}  # text -> the job embedding it, its row
         self._orphans: set[Future[np.ndarray]] = set()  # jobs of refused writes: their vectors are kept
@@ -118,8 +118,8 @@ class OffloadedEmbedder:
         """The embedding process (under ``_lock``): a new one, with a first job that loads its model,
         when there is none or it died."""
         with self._jobs_lock:
-            dead = self._pool is not None and id(self._pool) in self._broken
-            self._broken.discard(id(self._pool))
+            dead = self._pool is not None and self._pool in self._broken
+            self._broken.clear()  # only the pool in use matters (an object, never an id a new pool may reuse)
         if dead and self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
@@ -168,12 +168,12 @@ class OffloadedEmbedder:
                     job = pool.submit(_embed, new)
                 except BrokenProcessPool:  # it died between jobs: the next attempt starts another
                     with self._jobs_lock:
-                        self._broken.add(id(pool))
+                        self._broken.add(pool)
                     raise
             with self._jobs_lock:
                 for i, t in enumerate(new):
                     self._running[t] = rows[t] = (job, i)
-            job.add_done_callback(functools.partial(self._finished, new, id(pool)))
+            job.add_done_callback(functools.partial(self._finished, new, pool))
         with self._lock:
             ready = self._ready
         if ready is not None and not ready.done():  # the process is starting (server start, a crash):
@@ -202,7 +202,7 @@ class OffloadedEmbedder:
             except BrokenProcessPool:
                 if new and job is rows[new[0]][0]:  # ours: its pool is dead, whether or not its callback ran
                     with self._jobs_lock:
-                        self._broken.add(id(pool))
+                        self._broken.add(pool)
                 raise
         return out
 
@@ -222,7 +222,7 @@ class OffloadedEmbedder:
         while len(self._kept) > KEPT_VECTORS:
             self._kept.popitem(last=False)
 
-    def _finished(self, texts: list[str], pool: int, job: Future[np.ndarray]) -> None:
+    def _finished(self, texts: list[str], pool: ProcessPoolExecutor, job: Future[np.ndarray]) -> None:
         """A job is done (in the pool's thread): keep its vectors if its write was refused, or mark its
         process dead."""
         error = None if job.cancelled() else job.exception()

@@ -207,16 +207,25 @@ class SQLStore:
         if row is None:
             if not create or kind is None:
                 raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
-            self._run(conn, NEW_HISTORY, history_row(history, kind, meta, epoch, None))
-            row = self._run(conn, head, (history,)).fetchone()
-            if row is None:  # PostgreSQL: another writer's row stopped the insert, and a drop deleted it since
-                raise ConcurrentWriteError(f"history {history!r} was started and deleted while this write began")
+            row = self._start(conn, history, kind, meta, epoch, head)
         if row[1] != epoch:
             if create:
                 raise ConcurrentWriteError(f"another writer started history {history!r} first")
             raise HistoryDroppedError(f"history {history!r} was deleted and started again after this view read it")
         if kind is not None and row[0] != kind:
             raise StoreError(f"history {history!r} is a {row[0]} history, not {kind}")
+
+    def _start(
+        self, conn: Any, history: str, kind: str, meta: Mapping[str, Any] | None, epoch: str, read: str
+    ) -> Any:
+        """Inside a write: the history's row (``read``, by id), inserted first unless one is there. On
+        PostgreSQL another writer's row can stop the insert and a drop delete that row before it is
+        read: a lost race (:class:`ConcurrentWriteError`, which the writer retries)."""
+        self._run(conn, NEW_HISTORY, history_row(history, kind, meta, epoch, None))
+        row = self._run(conn, read, (history,)).fetchone()
+        if row is None:
+            raise ConcurrentWriteError(f"history {history!r} was started and deleted while this write began")
+        return row
 
     # -- notes -------------------------------------------------------------------------------------
     def append_notes(
@@ -241,10 +250,7 @@ class SQLStore:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, create, kind, meta)
             elif kind is not None:  # unchecked (a direct caller): the history row lands with its first notes
-                self._run(conn, NEW_HISTORY, history_row(history, kind, meta, new_epoch(), None))
-                stored = self._run(conn, "SELECT kind FROM histories WHERE id = ?", (history,)).fetchone()
-                if stored is None:  # as in _check_epoch: another writer's row, dropped since
-                    raise ConcurrentWriteError(f"history {history!r} was started and deleted while this write began")
+                stored = self._start(conn, history, kind, meta, new_epoch(), "SELECT kind FROM histories WHERE id = ?")
                 if stored[0] != kind:
                     raise StoreError(f"history {history!r} is a {stored[0]} history, not {kind}")
             previous = None
