@@ -3,7 +3,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexamem.text import _MARKUP, _WORD, is_identifier, words
+from flexamem.text import _MARKUP, _WORD, is_identifier, joined_query_terms, query_terms, words
 
 
 def reference_words(text: str) -> list[str]:
@@ -34,3 +34,16 @@ def test_code_terms_keep_names_of_code_whole() -> None:
     assert {"join.table_alias", "table_alias", "django/db/sql/query.py", "query.py", "FilteredRelation"} <= set(found)
     assert "user_id" not in found  # a JSON key is the output's schema
     assert code_terms("the cat sat on mia_li_3668 and Paris") == []  # plain words and ids of data are no names
+
+
+QUERY_BITS = st.sampled_from(
+    ["refund", "Visa", "the", "don't", "it's", "’s", "![", "](x.png)", "<b>", "</b>", "&amp;", "http://a.b/c", "\n",
+     " ", "Σ", "ΑΣ", "_", "4417", "e\u0301", "(", ")", "]"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(QUERY_BITS, max_size=10).map("".join), min_size=1, max_size=4))
+def test_query_terms_of_joined_texts_from_each_texts_terms(texts: list[str]) -> None:
+    """The agent's query terms (task, then the newest unit) are put together from each text's own."""
+    assert joined_query_terms(texts, [query_terms(t) for t in texts]) == query_terms("\n".join(texts))

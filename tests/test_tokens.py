@@ -46,6 +46,38 @@ def test_a_join_counted_from_its_parts_equals_the_whole_count(left: str, head: s
     assert c.count_joined(left, c.count(left), right, c.count(right)) == c.count(left + right)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(JOIN_HEADS, st.text(JOIN_CHARS, max_size=12)).map("".join), max_size=6))
+def test_lines_counted_from_kept_line_counts_equal_the_whole_count(lines: list[str]) -> None:
+    c = counter()
+    kept: dict[tuple[str, bool], int] = {}
+    whole = c.count("\n".join(lines))
+    assert c.count_lines(lines, kept) == whole
+    assert c.count_lines(lines, kept) == whole  # again, from the kept counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(JOIN_HEADS, st.text(JOIN_CHARS, max_size=40)).map("".join), max_size=40), st.integers(1, 30))
+def test_a_texts_head_is_its_first_tokens(lines: list[str], n: int) -> None:
+    c = counter()
+    text = "\n".join(lines)
+    assert c.head(text, n) == c.encode(text)[:n]
+
+
+def test_a_long_texts_head_is_read_from_a_prefix() -> None:
+    c = counter()
+    text = "".join(f"line {i}: value_{i} = compute(record)\n  indented /path\n/abs\n" for i in range(2000))
+    for n in (1, 5, 64, 300, 5000, 10**6):
+        assert c.head(text, n) == c.encode(text)[:n]
+
+
+def test_kept_line_counts_are_used_and_a_line_break_start_is_counted_whole() -> None:
+    c = counter()
+    kept = {("[u1] a.", True): 100, ("[u2] b", False): 1}  # planted counts: summed only when joins are exact
+    assert c.count_lines(["[u1] a.", "[u2] b"], kept) == 101
+    assert c.count_lines(["[u1] a.", "/u2 b"], kept) == c.count("[u1] a.\n/u2 b")
+
+
 def test_joins_that_merge_tokens_are_counted_whole() -> None:
     """A line break absorbs a ``/`` after it, or more whitespace: the parts' counts would be wrong."""
     c = counter()

@@ -46,7 +46,7 @@ from flexamem.render.result import Rendering
 from flexamem.render.timeline import Entry
 from flexamem.store.base import StepRow
 from flexamem.telemetry import SEARCH, UPDATE, memory_span
-from flexamem.text import clean_text, code_terms, query_terms
+from flexamem.text import clean_text, code_terms, joined_query_terms, query_terms
 from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
@@ -109,6 +109,7 @@ class AgentSession:
             if row.step_id is not None:
                 self._step_ids[row.step_id] = row.n + 1
         self._task_vector: np.ndarray | None = None
+        self._task_terms: list[str] | None = None
         self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
         # session state read once, then kept in memory and written through (no store read per call)
         self._started = bool(core.store.get_state(core.history_id, "memory_started"))
@@ -471,7 +472,7 @@ class AgentSession:
 
     def _cut_to(self, text: str, limit: int, mark: str = "") -> str:
         """``text`` cut to at most ``limit`` tokens (``mark`` appended, within the limit, when cut)."""
-        ids = self.counter.encode(text)
+        ids = self.counter.head(text, limit + 1)  # enough to tell whether it is longer, and where to cut
         if len(ids) <= limit:
             return text
         keep = max(limit - 2, 1) if mark else limit  # room for the mark, whatever it merges with
@@ -512,10 +513,13 @@ class AgentSession:
         shell = mode == "auto" and self.is_shell()
         # the shell path embeds the newest unit's head only, and ranks no pieces (no names of code needed)
         head = self._cut_to(newest, self.core.settings.agent_query_tokens) if shell else newest
+        if self._task_terms is None:
+            self._task_terms = query_terms(self.task)
+        newest_terms = query_terms(newest)
         return Query(
             text=self.task + "\n" + newest,
-            terms=query_terms(self.task + "\n" + newest),
-            excerpt_terms=query_terms(newest),
+            terms=joined_query_terms((self.task, newest), (self._task_terms, newest_terms)),
+            excerpt_terms=newest_terms,
             vector=lambda: self.query_vector(head),
             agent=True,
             order=order,

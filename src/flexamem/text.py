@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flexamem.errors import InvalidInputError
@@ -255,6 +255,15 @@ def content_words(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """The BM25 query: the SET of content words, in first-seen order."""
     return list(dict.fromkeys(content_words(text)))
+
+
+def joined_query_terms(texts: Sequence[str], terms: Sequence[Sequence[str]]) -> list[str]:
+    """``query_terms("\\n".join(texts))`` from each text's own query terms (``terms``): a word never
+    spans a line break, and markup spans one only as an image link opened (``![``) in a text before
+    the last, which is then read whole."""
+    if any("![" in text for text in texts[:-1]):
+        return query_terms("\n".join(texts))
+    return list(dict.fromkeys(term for group in terms for term in group))
 
 
 def is_identifier(word: str) -> bool:

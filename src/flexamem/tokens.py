@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import importlib.resources
 import threading
+from collections.abc import MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 from flexamem.errors import ModelUnavailableError
@@ -55,6 +56,14 @@ def _load_ranks() -> dict[bytes, int]:
     return ranks
 
 
+def splits_after_break(right: str) -> bool:
+    """Whether a text ending with a line break, followed by ``right``, is tokenized as its two parts
+    apart: ``right`` begins with neither whitespace nor ``/``. Under ``O200K_PATTERN`` the pre-token
+    holding that line break could only extend into more whitespace, line breaks or a ``/``, and
+    ``right``'s pre-tokens are the ones it has alone (the pattern never looks behind)."""
+    return bool(right) and not right[0].isspace() and right[0] != "/"
+
+
 class TokenCounter:
     """Counts o200k_base tokens; ``count`` is the only length measure the library uses.
 
@@ -87,13 +96,45 @@ class TokenCounter:
 
     def count_joined(self, left: str, left_tokens: int, right: str, right_tokens: int) -> int:
         """Tokens of ``left + right`` from the counts of its two parts where the join cannot merge
-        tokens: ``left`` ends with a line break and ``right`` begins with neither whitespace nor ``/``.
-        Under ``O200K_PATTERN`` the pre-token holding that line break then ends where ``left`` ends
-        (only more whitespace, line breaks or ``/`` could extend it) and ``right``'s pre-tokens are the
-        ones it has alone (the pattern never looks behind). Any other join is counted whole."""
-        if left.endswith("\n") and right and not right[0].isspace() and right[0] != "/":
+        tokens (:func:`splits_after_break`); any other join is counted whole."""
+        if left.endswith("\n") and splits_after_break(right):
             return left_tokens + right_tokens
         return self.count(left + right)
+
+    def count_lines(self, lines: Sequence[str], cache: MutableMapping[tuple[str, bool], int]) -> int:
+        """Tokens of ``"\n".join(lines)``, summed from each line's own count (with its line break,
+        but for the last) where every join splits (:func:`splits_after_break`), else counted whole.
+        ``cache`` keeps each line's count by its text across calls (a memory shows mostly the lines it
+        showed last time)."""
+        if not lines:
+            return 0
+        if not all(splits_after_break(line) for line in lines[1:]):
+            return self.count("\n".join(lines))
+        total, last = 0, len(lines) - 1
+        for i, line in enumerate(lines):
+            key = (line, i < last)
+            found = cache.get(key)
+            if found is None:
+                found = cache[key] = self.count(line + "\n" if i < last else line)
+            total += found
+        return total
+
+    def head(self, text: str, n: int) -> list[int]:
+        """``encode(text)[:n]`` without encoding all of a long text: the tokens of a prefix that ends
+        with a line break where the text splits (:func:`splits_after_break`) and holds more than ``n``
+        tokens (the prefix grows until it does)."""
+        size = 8 * n + 64
+        while size < len(text):
+            cut = text.find("\n", size)
+            while cut != -1 and not splits_after_break(text[cut + 1 : cut + 2]):
+                cut = text.find("\n", cut + 1)
+            if cut == -1:
+                break
+            ids = self._enc.encode_ordinary(text[: cut + 1])
+            if len(ids) > n:
+                return ids[:n]
+            size = 4 * (cut + 1)
+        return self._enc.encode_ordinary(text)[:n]
 
     def count_many(self, texts: list[str]) -> list[int]:
         """Counts a batch (sequentially: tiktoken's thread pool costs more than it saves here)."""

@@ -38,6 +38,7 @@ Mode = Literal["auto", "units", "pieces"]
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
+LINE_COUNTS_KEPT = 20_000  # memory lines whose counts a renderer keeps (each a line shown; then started again)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class Renderer:
         self.settings = settings
         self.piece_vectors = piece_vectors
         self._recovery_memo: tuple[object, tuple[Any, ...], Recovery] | None = None
+        self._line_tokens: dict[tuple[str, bool], int] = {}  # a memory line's tokens, by its text
 
     def render(
         self,
@@ -227,8 +229,8 @@ class Renderer:
     ) -> Rendering:
         entries, hidden, chosen, spans = self._plan_units(query, allowance, merge_allowance, base, n, options)
         while True:
-            text, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
-            tokens = self.counter.count(text)
+            lines, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
+            text, tokens = "\n".join(lines), self._count_lines(lines)
             if tokens <= allowance:
                 break
             if chosen:
@@ -300,9 +302,16 @@ class Renderer:
         self._recovery_memo = (last, key, recovery)
         return recovery
 
+    def _count_lines(self, lines: list[str]) -> int:
+        """Tokens of the memory's lines joined by line breaks, from line counts kept across renders
+        (exact: :meth:`TokenCounter.count_lines`); the kept counts are let go past a bound."""
+        if len(self._line_tokens) > LINE_COUNTS_KEPT:
+            self._line_tokens = {}
+        return self.counter.count_lines(lines, self._line_tokens)
+
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
-    ) -> tuple[str, dict[str, int]]:
+    ) -> tuple[list[str], dict[str, int]]:
         by_seq = {c.seq: c for c in chosen}
         lines: list[str] = []
         parts = {"records": 0, "merged": 0, "raw": 0, "excerpts": 0, "other": 0}
@@ -333,7 +342,7 @@ class Renderer:
         for c in sorted(chosen, key=lambda c: c.seq):
             if c.seq not in placed:
                 put(c)
-        return "\n".join(lines), parts
+        return lines, parts
 
     # -- piece recovery ----------------------------------------------------------------------------
     def _pieces(
