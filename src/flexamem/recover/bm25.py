@@ -175,8 +175,19 @@ class BM25Index:
         """Every document's score (0 where no term matches), from one :meth:`search`: cheaper than
         :meth:`score_docs` once several groups of documents are scored against the same query."""
         out = np.zeros(len(self._lengths), dtype=np.float64)
-        docs, scores = self.search(query)
-        out[docs] = scores
+        avgdl = self._avgdl() or 1.0
+        lengths = self._lengths_np()
+        for term in dict.fromkeys(query):  # summed term by term, as :meth:`search` sums: the same floats
+            postings = self._postings.get(term)
+            if postings is None:
+                continue
+            docs, tfs = postings.arrays()  # a term's documents are distinct
+            out[docs] += (
+                self.idf(term)
+                * tfs
+                * (self.k1 + 1.0)
+                / (tfs + self.k1 * (1.0 - self.b + self.b * lengths[docs] / avgdl))
+            )
         return out
 
     def score_docs(self, query: Sequence[str], docs: Sequence[int]) -> np.ndarray:
