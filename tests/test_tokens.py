@@ -75,7 +75,8 @@ def test_kept_line_counts_are_used_and_a_line_break_start_is_counted_whole() -> 
     c = counter()
     kept = {("[u1] a.", True): 100, ("[u2] b", False): 1}  # planted counts: summed only when joins are exact
     assert c.count_lines(["[u1] a.", "[u2] b"], kept) == 101
-    assert c.count_lines(["[u1] a.", "/u2 b"], kept) == c.count("[u1] a.\n/u2 b")
+    assert c.count_lines(["[u1] a.", "/u2 b"], kept) == c.count("[u1] a.\n/u2 b")  # one segment
+    assert c.count_lines([], kept) == 0
 
 
 def test_joins_that_merge_tokens_are_counted_whole() -> None:

@@ -102,20 +102,25 @@ class TokenCounter:
         return self.count(left + right)
 
     def count_lines(self, lines: Sequence[str], cache: MutableMapping[tuple[str, bool], int]) -> int:
-        """Tokens of ``"\n".join(lines)``, summed from each line's own count (with its line break,
-        but for the last) where every join splits (:func:`splits_after_break`), else counted whole.
-        ``cache`` keeps each line's count by its text across calls (a memory shows mostly the lines it
-        showed last time)."""
-        if not lines:
-            return 0
-        if not all(splits_after_break(line) for line in lines[1:]):
-            return self.count("\n".join(lines))
-        total, last = 0, len(lines) - 1
-        for i, line in enumerate(lines):
-            key = (line, i < last)
+        """Tokens of ``"\n".join(lines)``, summed from the counts of its segments (a line with the
+        lines after it that do not split from it, :func:`splits_after_break`), each with its line
+        break but the last. ``cache`` keeps each segment's count by its text across calls (a memory
+        shows mostly the lines it showed last time)."""
+        segments: list[str] = []
+        run: list[str] = []
+        for line in lines:
+            if run and splits_after_break(line):
+                segments.append("\n".join(run))
+                run = []
+            run.append(line)
+        if run:
+            segments.append("\n".join(run))
+        total, last = 0, len(segments) - 1
+        for i, segment in enumerate(segments):
+            key = (segment, i < last)
             found = cache.get(key)
             if found is None:
-                found = cache[key] = self.count(line + "\n" if i < last else line)
+                found = cache[key] = self.count(segment + "\n" if i < last else segment)
             total += found
         return total
 

@@ -185,5 +185,10 @@ def _turns(history: History, ranked: Sequence[int]) -> list[list[int]]:
 def pieces_section(history: History, chosen: dict[int, list[int]], *, join: bool = False) -> str:
     """The pieces after the timeline: a one-line header, then groups by unit in time order (``join``:
     runs of consecutive pieces as the raw text they cover, see :func:`~flexamem.render.format.piece_lines`)."""
+    return "\n".join(pieces_lines(history, chosen, join=join))
+
+
+def pieces_lines(history: History, chosen: dict[int, list[int]], *, join: bool = False) -> list[str]:
+    """:func:`pieces_section` as its header and one text per group (to be joined by line breaks)."""
     groups = [fmt.pieces_group(history.notes[seq], sorted(idx), join=join) for seq, idx in sorted(chosen.items())]
-    return "\n".join([fmt.PIECES_HEADER, *groups])
+    return [fmt.PIECES_HEADER, *groups]

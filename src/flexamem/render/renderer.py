@@ -26,7 +26,7 @@ from flexamem.config import Settings, refuse_unknown_arguments
 from flexamem.errors import InvalidInputError
 from flexamem.history import History
 from flexamem.recover.hybrid import fuse, hybrid_parts, hybrid_ranking, turn_scores
-from flexamem.recover.pieces import pieces_section, ranked_pieces, select_pieces
+from flexamem.recover.pieces import pieces_lines, ranked_pieces, select_pieces
 from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
 from flexamem.render import format as fmt
 from flexamem.render.result import Rendering, UnitView
@@ -38,7 +38,7 @@ Mode = Literal["auto", "units", "pieces"]
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
-LINE_COUNTS_KEPT = 20_000  # memory lines whose counts a renderer keeps (each a line shown; then started again)
+LINE_CHARS_KEPT = 1_000_000  # a renderer keeps the counts of memory lines up to this many characters (~1-4 MB)
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,7 @@ class Renderer:
         self.piece_vectors = piece_vectors
         self._recovery_memo: tuple[object, tuple[Any, ...], Recovery] | None = None
         self._line_tokens: dict[tuple[str, bool], int] = {}  # a memory line's tokens, by its text
+        self._line_chars = 0  # (at most) the characters of the texts kept there
 
     def render(
         self,
@@ -303,11 +304,15 @@ class Renderer:
         return recovery
 
     def _count_lines(self, lines: list[str]) -> int:
-        """Tokens of the memory's lines joined by line breaks, from line counts kept across renders
-        (exact: :meth:`TokenCounter.count_lines`); the kept counts are let go past a bound."""
-        if len(self._line_tokens) > LINE_COUNTS_KEPT:
-            self._line_tokens = {}
-        return self.counter.count_lines(lines, self._line_tokens)
+        """Tokens of the memory's lines joined by line breaks, from counts kept across renders (exact:
+        :meth:`TokenCounter.count_lines`); let go once the texts they were kept for pass a bound."""
+        kept = len(self._line_tokens)
+        tokens = self.counter.count_lines(lines, self._line_tokens)
+        if len(self._line_tokens) > kept:  # new texts counted: at most these lines' characters
+            self._line_chars += sum(map(len, lines))
+            if self._line_chars > LINE_CHARS_KEPT:
+                self._line_tokens, self._line_chars = {}, 0
+        return tokens
 
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
@@ -389,9 +394,8 @@ class Renderer:
         while True:
             lines = [e.line for e in entries]
             if chosen:
-                lines.append(pieces_section(self.history, chosen, join=atomic))
-            text = "\n".join(lines)
-            tokens = self.counter.count(text)
+                lines += pieces_lines(self.history, chosen, join=atomic)
+            text, tokens = "\n".join(lines), self._count_lines(lines)
             if tokens <= allowance:
                 break
             if chosen:  # re-render with fewer pieces: drop the lowest-ranked one
