@@ -173,7 +173,8 @@ class Note:
 
 
 def note_json(note: Note, full: bool = False) -> dict[str, Any]:
-    """A note as JSON: what ``notes`` lists, and with ``full`` the raw text and pieces too."""
+    """A note as JSON: what ``notes`` lists, and with ``full`` the raw text, the pieces and ``exact``
+    (:func:`note_exact` without the raw text, which is carried once, here)."""
     out: dict[str, Any] = {
         "unit_id": note.unit_id,
         "label": note.label,
@@ -195,19 +196,19 @@ def note_json(note: Note, full: bool = False) -> dict[str, Any]:
             {"index": p.index, "text": p.text, "tokens": p.tokens, "turn": p.source_id} for p in note.pieces
         ]
         out["digest"] = note.digest
-        out["exact"] = note_exact(note)
+        out["exact"] = note_exact(note, raw=False)
     return out
 
 
-def note_exact(note: Note) -> dict[str, Any]:
+def note_exact(note: Note, *, raw: bool = True) -> dict[str, Any]:
     """Every field of a note as JSON (the embedding as base64 float32), so :func:`note_from_json`
-    gives back an equal note on the other side of a wire; piece vectors stay out (they are large,
-    and no caller of a note reads them)."""
-    return {
+    gives back an equal note on the other side of a wire. A piece is written without its text (the
+    slice ``raw[start:end]``); ``raw=False`` leaves the raw text out too, for a message that carries it
+    beside. Piece vectors stay out (they are large, and no caller of a note reads them)."""
+    out = {
         "seq": note.seq,
         "unit_id": note.unit_id,
         "kind": note.kind,
-        "raw": note.raw,
         "raw_tokens": note.raw_tokens,
         "record": note.record,
         "record_tokens": note.record_tokens,
@@ -215,7 +216,8 @@ def note_exact(note: Note) -> dict[str, Any]:
                    "description": note.fields.description},
         "fields_tokens": note.fields_tokens,
         "embedding": base64.b64encode(np.asarray(note.embedding, dtype="<f4").tobytes()).decode("ascii"),
-        "pieces": [dataclasses.astuple(p) for p in note.pieces],
+        "pieces": [[p.index, p.start, p.end, p.tokens, p.label, p.label_tokens, p.block, p.source_id]
+                   for p in note.pieces],
         "blocks": [dataclasses.astuple(b) for b in note.blocks],
         "links": list(note.links),
         "session_id": note.session_id,
@@ -226,24 +228,30 @@ def note_exact(note: Note) -> dict[str, Any]:
         "flag_reason": note.flag_reason,
         "digest": note.digest,
     }  # fmt: skip
+    if raw:
+        out["raw"] = note.raw
+    return out
 
 
-def note_from_json(data: Mapping[str, Any]) -> Note:
-    """The note :func:`note_exact` wrote (a ``KeyError``, ``TypeError`` or ``ValueError`` when it is not one)."""
+def note_from_json(data: Mapping[str, Any], raw: str | None = None) -> Note:
+    """The note :func:`note_exact` wrote; ``raw``: its raw text when ``data`` was written without it
+    (a ``KeyError``, ``TypeError`` or ``ValueError`` when it is not one). Pieces written with their
+    text (by servers before 2026-12-02) are read as they are."""
     f = data["fields"]
     steps = data["steps"]
+    text = str(data["raw"]) if "raw" in data or raw is None else raw
     return Note(
         seq=int(data["seq"]),
         unit_id=str(data["unit_id"]),
         kind=data["kind"],
-        raw=str(data["raw"]),
+        raw=text,
         raw_tokens=int(data["raw_tokens"]),
         record=str(data["record"]),
         record_tokens=int(data["record_tokens"]),
         fields=Fields(tuple(f["keywords"]), tuple(f["tags"]), str(f["description"])),
         fields_tokens=int(data["fields_tokens"]),
         embedding=np.frombuffer(base64.b64decode(data["embedding"]), dtype="<f4").astype(np.float32),
-        pieces=tuple(Piece(*p) for p in data["pieces"]),
+        pieces=tuple(_piece(p, text) for p in data["pieces"]),
         blocks=tuple(Block(*b) for b in data["blocks"]),
         links=tuple(int(x) for x in data["links"]),
         session_id=data["session_id"],
@@ -253,6 +261,15 @@ def note_from_json(data: Mapping[str, Any]) -> Note:
         flagged=bool(data["flagged"]),
         flag_reason=data["flag_reason"],
         digest=data["digest"],
+    )
+
+
+def _piece(fields: Sequence[Any], raw: str) -> Piece:
+    if len(fields) == 9:  # written with its text
+        return Piece(*fields)
+    index, start, end, tokens, label, label_tokens, block, source_id = fields
+    return Piece(
+        int(index), int(start), int(end), raw[int(start) : int(end)], tokens, label, label_tokens, block, source_id
     )
 
 

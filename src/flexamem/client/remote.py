@@ -246,7 +246,7 @@ class RemoteMemory(Memory):
         out: list[Note] = []
 
         def read(d: list[dict[str, Any]]) -> list[Note]:
-            return [note_from_json(n["exact"]) for n in d]
+            return [note_from_json(n["exact"], n["raw"]) for n in d]
 
         def none() -> list[Note]:
             return []
@@ -266,7 +266,7 @@ class RemoteMemory(Memory):
         if not isinstance(unit_id, str) or not unit_id:
             raise InvalidInputError(f"unit ids must be non-empty strings, got {unit_id!r}")
         path = f"{self._base}/notes/{quote(unit_id, safe='')}"
-        return self.http.run(Call("GET", path, lambda d: note_from_json(d["exact"])))
+        return self.http.run(Call("GET", path, lambda d: note_from_json(d["exact"], d["raw"])))
 
     def _render_call(
         self,

@@ -234,7 +234,10 @@ class NoteFull(NoteOut):
     fields: str
     pieces: list[PieceOut]
     digest: str
-    exact: dict[str, Any] = Field(description="every field of the note (flexamem.notes.note_from_json reads it)")
+    exact: dict[str, Any] = Field(
+        description="every field of the note but its raw text (above) and its pieces' texts (slices of it): "
+        "flexamem.notes.note_from_json(exact, raw) reads it"
+    )
 
 
 class AgentIn(Strict):

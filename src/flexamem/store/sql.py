@@ -215,9 +215,7 @@ class SQLStore:
         if kind is not None and row[0] != kind:
             raise StoreError(f"history {history!r} is a {row[0]} history, not {kind}")
 
-    def _start(
-        self, conn: Any, history: str, kind: str, meta: Mapping[str, Any] | None, epoch: str, read: str
-    ) -> Any:
+    def _start(self, conn: Any, history: str, kind: str, meta: Mapping[str, Any] | None, epoch: str, read: str) -> Any:
         """Inside a write: the history's row (``read``, by id), inserted first unless one is there. On
         PostgreSQL another writer's row can stop the insert and a drop delete that row before it is
         read: a lost race (:class:`ConcurrentWriteError`, which the writer retries)."""
