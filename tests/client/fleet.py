@@ -1,64 +1,12 @@
-"""Real servers for the client's failure tests: ``flexamem serve`` processes that can be killed with
-SIGKILL (the whole process group: the worker and its embedding process) and started again, and a tiny
-round-robin TCP proxy in front of several of them (what any load balancer does, minus health checks)."""
+"""A tiny round-robin TCP proxy in front of several servers (what any load balancer does, minus health
+checks), for the client's failure tests (the servers: :class:`tests.servers.ServerProcess`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
-
-import httpx
-
-from tests.server.conftest import free_port
-
-
-class ServerProcess:
-    def __init__(self, db: str, keyfile: Path, log: Path, port: int | None = None) -> None:
-        self.db, self.keyfile, self.log = db, keyfile, log
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ServerProcess:
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "flexamem", "serve", "--db", self.db, "--keys", str(self.keyfile),
-                 "--port", str(self.port), "--workers", "1"],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FLEXAMEM_THREADS": "1"},
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            time.sleep(0.2)
-        raise AssertionError("the server did not start: " + self.log.read_text()[-2000:])
-
-    def kill(self) -> None:
-        """kill -9 of the server and every process it started."""
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 class RoundRobin:

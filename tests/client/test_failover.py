@@ -15,9 +15,10 @@ import pytest
 
 import flexamem as fm
 from flexamem.server.keys import KeyFile
-from tests.client.fleet import RoundRobin, ServerProcess
+from tests.client.fleet import RoundRobin
 from tests.client.test_remote import script
 from tests.conftest import NO_POSTGRES, POSTGRES_URL
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 PATIENT = fm.ClientSettings(retry_seconds=90, timeout=30)
@@ -82,7 +83,7 @@ def run_writers(writers: list[Writer], stop: threading.Event, middle: object, se
 def test_a_server_killed_mid_write_loop_and_restarted_loses_and_doubles_nothing(tmp_path: Path) -> None:
     keyfile = tmp_path / "keys.json"
     key = KeyFile(str(keyfile)).add_key("acme")
-    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "server.log").start()
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "server.log", workers=1).start()
     stop = threading.Event()
     writer = Writer(server.url, key, "loop", stop)
 
@@ -101,7 +102,7 @@ def test_a_server_killed_mid_write_loop_and_restarted_loses_and_doubles_nothing(
 def test_answers_lost_on_the_way_back_are_retried_without_storing_twice(tmp_path: Path) -> None:
     keyfile = tmp_path / "keys.json"
     key = KeyFile(str(keyfile)).add_key("acme")
-    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "server.log").start()
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "server.log", workers=1).start()
     proxy = RoundRobin([server.port], lose=0.25)  # a quarter of the answers never reach the client
     stop = threading.Event()
     writer = Writer(proxy.url, key, "lossy", stop)
@@ -121,7 +122,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], str]]:
         pytest.fail("FLEXAMEM_REQUIRE_POSTGRES=1 but FLEXAMEM_TEST_POSTGRES is not set")
     keyfile = tmp_path / "keys.json"
     key = KeyFile(str(keyfile)).add_key("t" + uuid.uuid4().hex[:8])
-    servers = [ServerProcess(POSTGRES_URL, keyfile, tmp_path / f"s{i}.log").start() for i in range(2)]
+    servers = [ServerProcess(POSTGRES_URL, keyfile, tmp_path / f"s{i}.log", workers=1).start() for i in range(2)]
     yield servers, key
     for s in servers:
         s.stop()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import flexamem as fm
-from tests.server.conftest import free_port
+from tests.servers import free_port
 
 
 def test_memory_operations_are_genai_memory_spans_without_the_query_unless_asked(

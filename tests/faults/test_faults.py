@@ -22,7 +22,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,7 +34,7 @@ import httpx
 import pytest
 
 from tests.conftest import NEEDS_ROOT, NO_POSTGRES
-from tests.server.conftest import free_port
+from tests.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 pytest.importorskip("fastapi")
@@ -52,61 +51,6 @@ def report(name: str, counts: dict[str, object]) -> None:
     if out:
         with open(out, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-
-
-class Server:
-    """``flexamem serve`` in its own process group (kill -9 takes the workers and embedders with it)."""
-
-    def __init__(self, db: str, keyfile: Path, log: Path, port: int | None = None) -> None:
-        self.db, self.keyfile, self.log = db, keyfile, log
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "flexamem", "serve", "--db", self.db, "--keys", str(self.keyfile),
-                 "--port", str(self.port), "--workers", "2"],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "FLEXAMEM_THREADS": "1"},
-            )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            time.sleep(0.2)
-        pytest.fail("the server did not start: " + self.log.read_text()[-2000:])
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def embedders(self) -> list[int]:
-        """The pids of the embedding processes: the workers' children (two levels below the server)."""
-        assert self.proc is not None
-        parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-        workers = {p for p, parent in parents.items() if parent == self.proc.pid}
-        return [p for p, parent in parents.items() if parent in workers]
 
 
 @dataclass
@@ -209,9 +153,9 @@ def keys(tmp_path: Path) -> tuple[Path, str]:
 
 
 @pytest.fixture()
-def sqlite_server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+def sqlite_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
     keyfile, key = keys(tmp_path)
-    server = Server(str(tmp_path / "faults.db"), keyfile, tmp_path / "server.log")
+    server = ServerProcess(str(tmp_path / "faults.db"), keyfile, tmp_path / "server.log")
     server.start()
     yield server, key
     server.stop()
@@ -220,7 +164,9 @@ def sqlite_server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
 KILLS = int(os.environ.get("FLEXAMEM_FAULT_KILLS", "5"))
 
 
-def test_kill_9_of_the_whole_server_mid_writes_loses_and_doubles_nothing(sqlite_server: tuple[Server, str]) -> None:
+def test_kill_9_of_the_whole_server_mid_writes_loses_and_doubles_nothing(
+    sqlite_server: tuple[ServerProcess, str],
+) -> None:
     server, key = sqlite_server
     rng = random.Random(29)
     load = Load(server.url, key)
@@ -240,7 +186,7 @@ def test_kill_9_of_the_whole_server_mid_writes_loses_and_doubles_nothing(sqlite_
 
 
 def test_kill_9_of_the_embedding_processes_under_load_loses_and_doubles_nothing(
-    sqlite_server: tuple[Server, str],
+    sqlite_server: tuple[ServerProcess, str],
 ) -> None:
     server, key = sqlite_server
     load, killed = Load(server.url, key), 0
@@ -284,7 +230,7 @@ def test_a_postgresql_restart_under_load_is_503_with_retry_after_never_500(
 ) -> None:
     url, env = own_postgres
     keyfile, key = keys(tmp_path)
-    server = Server(url, keyfile, tmp_path / "server.log")
+    server = ServerProcess(url, keyfile, tmp_path / "server.log")
     server.start()
     pg_ctl = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))[-1]
     as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -316,7 +262,7 @@ def test_a_full_disk_under_the_server_is_507_and_reads_go_on(tmp_path: Path) -> 
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], check=True)
     keyfile, key = keys(tmp_path)
-    server = Server(str(disk / "full.db"), keyfile, tmp_path / "server.log")
+    server = ServerProcess(str(disk / "full.db"), keyfile, tmp_path / "server.log")
     server.start()
     statuses: Counter[int] = Counter()
     acked: list[str] = []
@@ -346,7 +292,7 @@ def test_an_embedding_process_whose_worker_dies_exits_too(tmp_path: Path) -> Non
     """Killing a worker (or stopping a server that does not close its pools) must not leave its embedding
     process behind holding a model's memory: it notices its parent is gone and exits within seconds."""
     keyfile, key = keys(tmp_path)
-    server = Server(str(tmp_path / "orphans.db"), keyfile, tmp_path / "server.log")
+    server = ServerProcess(str(tmp_path / "orphans.db"), keyfile, tmp_path / "server.log")
     server.start()
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:

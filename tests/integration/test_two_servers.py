@@ -4,9 +4,6 @@ acknowledged is lost, no 5xx."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -17,20 +14,9 @@ import httpx
 import pytest
 
 from tests.conftest import NO_POSTGRES, POSTGRES_URL
-from tests.server.conftest import free_port
+from tests.servers import ServerProcess
 
 pytestmark = [pytest.mark.integration, NO_POSTGRES]
-
-
-def start(db: str, keyfile: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flexamem", "serve", "--db", db, "--keys", str(keyfile), "--port", str(port),
-             "--workers", "2"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FLEXAMEM_THREADS": "1"},
-        )  # fmt: skip
-    return proc, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture()
@@ -41,21 +27,10 @@ def servers(tmp_path: Path) -> Iterator[tuple[list[str], str]]:
 
     keyfile = tmp_path / "keys.json"
     key = KeyFile(str(keyfile)).add_key("t" + uuid.uuid4().hex[:8])  # a tenant no other test uses
-    procs = [start(POSTGRES_URL, keyfile, tmp_path / f"server{i}.log") for i in range(2)]
-    deadline = time.monotonic() + 120
-    for proc, url in procs:
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "a server did not start"
-            time.sleep(0.3)
-    yield [url for _, url in procs], key
-    for proc, _ in procs:
-        proc.terminate()
-        proc.wait(timeout=30)
+    servers = [ServerProcess(POSTGRES_URL, keyfile, tmp_path / f"server{i}.log").start() for i in range(2)]
+    yield [s.url for s in servers], key
+    for server in servers:
+        server.stop()
 
 
 def busy(r: httpx.Response) -> bool:

@@ -1,0 +1,86 @@
+"""Real servers for the tests: ``flexamem serve`` on 127.0.0.1 in its own process group, started,
+waited for, stopped or killed with everything it started (a helper module: no tests here)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``python -m flexamem serve --db DB --keys KEYFILE --port PORT --workers N [args]``, its output
+    appended to ``log``; one thread per embedder (``FLEXAMEM_THREADS=1``) as the tests share 2 cores."""
+
+    def __init__(
+        self, db: str, keyfile: Path, log: Path, *, port: int | None = None, workers: int = 2, args: Sequence[str] = ()
+    ) -> None:
+        self.db, self.keyfile, self.log = db, keyfile, log
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "flexamem", "serve", "--db", db, "--keys", str(keyfile),
+                        "--port", str(self.port), "--workers", str(workers), *args]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120) -> ServerProcess:
+        """Start it and wait until ``/health`` answers (a failed test, with the log's end, if it does not)."""
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "FLEXAMEM_THREADS": "1"},
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail("the server did not start: " + self.log.read_text()[-2000:])
+
+    def kill(self) -> None:
+        """kill -9 of the server and every process it started."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM to the server and its processes (kill -9 after 30 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def embedders(self) -> list[int]:
+        """The pids of the embedding processes: the workers' children (two levels below the server)."""
+        assert self.proc is not None
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        workers = {p for p, parent in parents.items() if parent == self.proc.pid}
+        return [p for p, parent in parents.items() if parent in workers]
