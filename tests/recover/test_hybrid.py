@@ -270,3 +270,28 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
     monkeypatch.setattr(history_module, "HEAD_CHUNK", 3)  # summed a few turns at a time: the same heads
     chunked = History.from_notes(h.notes, h.dim)
     assert all(np.allclose(x, y) for x, y in zip(h.turn_heads(), chunked.turn_heads(), strict=True))
+
+
+def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
+    """``auto_turn_length``: a turn longer than a tenth of the room has its score times
+    ``(room / 10 / tokens) ** length`` (divided when negative); shorter turns keep theirs."""
+    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+
+    mem = history_mem()
+    long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
+    mem.add_session([{"speaker": "Ana", "text": long_turn}, {"speaker": "Ben", "text": "Tomatoes."}], session_id="s3")
+    h = mem.history
+    qv = mem.embedder.embed(["how do I care for tomato seedlings"])[0]
+    bm, cos = hybrid_parts(h, ["tomato"], lambda: qv, len(h), dense=True)
+    assert cos is not None
+    starts = np.flatnonzero(h.doc_arrays()[1])
+    sizes = np.add.reduceat(h.doc_tokens(), starts)
+    plain = turn_scores(h, bm, cos, alpha=0.5, spread=2.0)
+    room = 10 * float(np.median(sizes))  # half the turns are longer than a tenth of it
+    for length in (0.5, 1.0, 2.0):
+        got = turn_scores(h, bm, cos, alpha=0.5, spread=2.0, room=room, length=length)
+        keep = np.minimum(1.0, room / 10 / sizes) ** length
+        assert np.allclose(got, np.where(plain > 0, plain * keep, plain / keep))
+        assert np.array_equal(got[sizes <= room / 10], plain[sizes <= room / 10])
+        assert (got[sizes > room / 10] < plain[sizes > room / 10]).all()
+    assert np.array_equal(turn_scores(h, bm, cos, alpha=0.5, spread=2.0, room=room, length=0.0), plain)

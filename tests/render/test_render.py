@@ -176,3 +176,22 @@ def test_renders_stay_exact_when_the_kept_line_counts_are_let_go(demo_mem: fm.Me
             for mode in ("auto", "pieces", "units"):
                 r = demo_mem.render(query, 700, mode=mode)
                 assert r.tokens == fm.count(r.text) and r.composition
+
+
+def test_a_short_turn_gets_the_room_a_long_one_would_take() -> None:
+    """``auto_turn_length`` (default 1.0): at a small budget a short turn that answers the question is
+    shown, where without the discount a long turn about the same thing took its room."""
+
+    def memory(settings: fm.Settings) -> fm.Memory:
+        mem = fm.Memory(":memory:", settings=settings)
+        long_turn = " ".join(
+            f"For the tomato seedlings, step {i}: water them and turn tray {i} toward the window." for i in range(30)
+        )
+        filler = [{"speaker": "Ben", "text": f"The bus to work was late again on day {i}."} for i in range(30)]
+        short = {"speaker": "Ana", "text": "My tomato seedlings sit in the blue tray by the kitchen window."}
+        mem.add_session([{"speaker": "Ana", "text": long_turn}, *filler, short], session_id="s1", date="1 May 2023")
+        return mem
+
+    question = "Where do I keep my tomato seedlings?"
+    assert "blue tray" in memory(fm.Settings()).render(question, 600).text
+    assert "blue tray" not in memory(fm.Settings(auto_turn_length=0.0)).render(question, 600).text

@@ -460,12 +460,9 @@ class Renderer:
                 alpha=alpha,
                 spread=s.auto_alpha_spread,
                 turn_vector=s.auto_turn_vector if options.piece_vectors else 0.0,  # heads need piece vectors
+                room=room,
+                length=s.auto_turn_length,
             )
-            if s.auto_turn_length > 0 and len(per_turn):
-                starts = np.flatnonzero(self.history.doc_arrays()[1][: len(scores)])
-                sizes = np.add.reduceat(self.history.doc_tokens()[: len(scores)], starts)
-                keep = np.minimum(1.0, (room / 10) / np.maximum(sizes, 1.0)) ** s.auto_turn_length
-                per_turn = np.where(per_turn > 0, per_turn * keep, per_turn / keep)
         ranked = hybrid_ranking(
             self.history,
             scores,
