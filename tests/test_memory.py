@@ -94,6 +94,8 @@ def test_unknown_unit_and_settings_validation(mem: fm.Memory) -> None:
     with pytest.raises(fm.InvalidInputError, match="auto_turn_length"):
         fm.Settings(auto_turn_length=-1.0)
     assert fm.Settings(auto_turn_length=0.0).auto_turn_length == 0.0  # no discount, as before
+    with pytest.raises(fm.InvalidInputError, match="auto_turn_room"):
+        fm.Settings(auto_turn_room=1.5)
 
 
 def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> None:

@@ -273,8 +273,8 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
 
 
 def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
-    """``auto_turn_length``: a turn longer than a tenth of the room has its score times
-    ``(room / 10 / tokens) ** length`` (divided when negative); shorter turns keep theirs."""
+    """``auto_turn_length``: a turn longer than ``long_from`` tokens (``auto_turn_room`` of the room) has
+    its score times ``(long_from / tokens) ** length`` (divided when negative); shorter turns keep theirs."""
     from flexamem.recover.hybrid import hybrid_parts, turn_scores
 
     mem = history_mem()
@@ -287,11 +287,11 @@ def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
     starts = np.flatnonzero(h.doc_arrays()[1])
     sizes = np.add.reduceat(h.doc_tokens(), starts)
     plain = turn_scores(h, bm, cos, alpha=0.5, spread=2.0)
-    room = 10 * float(np.median(sizes))  # half the turns are longer than a tenth of it
+    long_from = float(np.median(sizes))  # half the turns are longer
     for length in (0.5, 1.0, 2.0):
-        got = turn_scores(h, bm, cos, alpha=0.5, spread=2.0, room=room, length=length)
-        keep = np.minimum(1.0, room / 10 / sizes) ** length
+        got = turn_scores(h, bm, cos, alpha=0.5, spread=2.0, long_from=long_from, length=length)
+        keep = np.minimum(1.0, long_from / sizes) ** length
         assert np.allclose(got, np.where(plain > 0, plain * keep, plain / keep))
-        assert np.array_equal(got[sizes <= room / 10], plain[sizes <= room / 10])
-        assert (got[sizes > room / 10] < plain[sizes > room / 10]).all()
-    assert np.array_equal(turn_scores(h, bm, cos, alpha=0.5, spread=2.0, room=room, length=0.0), plain)
+        assert np.array_equal(got[sizes <= long_from], plain[sizes <= long_from])
+        assert (got[sizes > long_from] < plain[sizes > long_from]).all()
+    assert np.array_equal(turn_scores(h, bm, cos, alpha=0.5, spread=2.0, long_from=long_from, length=0.0), plain)

@@ -13,8 +13,9 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    best piece's: a turn ranks as a retrieval over whole turns would see it.
 3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
    it in the same unit; an answer's question (or a question's answer) follows when room allows.
-4. **Long turns pay for their room**: for readers, a turn longer than a tenth of the room is discounted
-   by its length (``auto_turn_length``), so several shorter turns can share a small budget.
+4. **Long turns pay for their room**: for readers, a turn longer than a share of the room
+   (``auto_turn_room``) is discounted by its length (``auto_turn_length``), so several shorter turns
+   can share a small budget.
 
 All of it is numpy over arrays the history keeps, so its cost grows with the number of pieces only
 through a matrix-vector product and a sort. What each part adds (its ``RenderOptions`` switch off)
@@ -107,9 +108,6 @@ def fuse(bm: np.ndarray, cos: np.ndarray | None, alpha: float) -> np.ndarray:
     return fused
 
 
-TURN_ROOM_SHARE = 0.1  # a turn longer than this share of the pieces' room is discounted (auto_turn_length)
-
-
 def turn_scores(
     history: History,
     bm: np.ndarray,
@@ -119,7 +117,7 @@ def turn_scores(
     spread: float,
     top: int = 10,
     turn_vector: float = 0.0,
-    room: float = 0.0,
+    long_from: float = 0.0,
     length: float = 0.0,
 ) -> np.ndarray:
     """Readers' ``auto``: one score per turn, ``a * best bm25 + (1 - a) * best cosine`` of its pieces,
@@ -136,9 +134,9 @@ def turn_scores(
     (:meth:`History.turn_heads`): a turn about the question whose every line says only part of it
     ranks as the whole turn reads, as a plain retrieval over whole turns would rank it.
 
-    A turn longer than ``TURN_ROOM_SHARE`` of the pieces' ``room`` has its score multiplied by
-    ``(TURN_ROOM_SHARE * room / tokens) ** length`` (divided, when it is negative): a long turn must be
-    that much more relevant to take its room (``auto_turn_length``).
+    A turn longer than ``long_from`` tokens has its score multiplied by ``(long_from / tokens) **
+    length`` (divided, when it is negative): a long turn must be that much more relevant to take its
+    room (``auto_turn_room`` of the room, ``auto_turn_length``).
     """
     starts = np.flatnonzero(history.doc_arrays()[1][: len(bm)])
     if len(starts) == 0:
@@ -153,9 +151,9 @@ def turn_scores(
     flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
     a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))
     out: np.ndarray = a * best_bm + (1.0 - a) * turn_cos
-    if length > 0 and room > 0:
+    if length > 0 and long_from > 0:
         sizes = np.add.reduceat(history.doc_tokens()[: len(bm)], starts)
-        keep = np.minimum(1.0, TURN_ROOM_SHARE * room / np.maximum(sizes, 1.0)) ** length
+        keep = np.minimum(1.0, long_from / np.maximum(sizes, 1.0)) ** length
         out = np.where(out > 0, out * keep, out / keep)
     return out
 

@@ -460,7 +460,7 @@ class Renderer:
                 alpha=alpha,
                 spread=s.auto_alpha_spread,
                 turn_vector=s.auto_turn_vector if options.piece_vectors else 0.0,  # heads need piece vectors
-                room=room,
+                long_from=s.auto_turn_room * room,
                 length=s.auto_turn_length,
             )
         ranked = hybrid_ranking(
