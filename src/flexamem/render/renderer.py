@@ -38,7 +38,18 @@ Mode = Literal["auto", "units", "pieces"]
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
-LINE_CHARS_KEPT = 1_000_000  # a renderer keeps the counts of memory lines up to this many characters (~1-4 MB)
+LINE_CHARS_KEPT = 500_000  # a renderer keeps the counts of memory lines up to this many characters of them
+
+
+class _KeptCounts(dict[tuple[str, bool], int]):
+    """Token counts kept by text, and the characters of the texts kept (for the renderer's bound)."""
+
+    chars = 0
+
+    def __setitem__(self, key: tuple[str, bool], value: int) -> None:
+        if key not in self:
+            self.chars += len(key[0])
+        super().__setitem__(key, value)
 
 
 @dataclass(frozen=True)
@@ -152,8 +163,7 @@ class Renderer:
         self.settings = settings
         self.piece_vectors = piece_vectors
         self._recovery_memo: tuple[object, tuple[Any, ...], Recovery] | None = None
-        self._line_tokens: dict[tuple[str, bool], int] = {}  # a memory line's tokens, by its text
-        self._line_chars = 0  # (at most) the characters of the texts kept there
+        self._line_tokens = _KeptCounts()  # a memory line's tokens, by its text
 
     def render(
         self,
@@ -306,12 +316,10 @@ class Renderer:
     def _count_lines(self, lines: list[str]) -> int:
         """Tokens of the memory's lines joined by line breaks, from counts kept across renders (exact:
         :meth:`TokenCounter.count_lines`); let go once the texts they were kept for pass a bound."""
-        kept = len(self._line_tokens)
-        tokens = self.counter.count_lines(lines, self._line_tokens)
-        if len(self._line_tokens) > kept:  # new texts counted: at most these lines' characters
-            self._line_chars += sum(map(len, lines))
-            if self._line_chars > LINE_CHARS_KEPT:
-                self._line_tokens, self._line_chars = {}, 0
+        kept = self._line_tokens
+        tokens = self.counter.count_lines(lines, kept)
+        if kept.chars > LINE_CHARS_KEPT:
+            self._line_tokens = _KeptCounts()
         return tokens
 
     def _assemble_units(
