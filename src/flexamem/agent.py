@@ -47,6 +47,7 @@ from flexamem.render.timeline import Entry
 from flexamem.store.base import StepRow
 from flexamem.telemetry import SEARCH, UPDATE, memory_span
 from flexamem.text import clean_text, code_terms, joined_query_terms, query_terms
+from flexamem.tokens import LineCounts
 from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
@@ -110,6 +111,7 @@ class AgentSession:
                 self._step_ids[row.step_id] = row.n + 1
         self._task_vector: np.ndarray | None = None
         self._task_terms: list[str] | None = None
+        self._line_counts = LineCounts()  # trace lines' tokens, kept across calls
         self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
         # session state read once, then kept in memory and written through (no store read per call)
         self._started = bool(core.store.get_state(core.history_id, "memory_started"))
@@ -401,8 +403,7 @@ class AgentSession:
             if options.trace_unshown and query.shell and options.shell_units:
                 planned = self._raw_planned(query, allowance, reference, first, options)
                 shown = {i for k in planned for i in units[k]}  # steps whose units are raw: no trace line
-            trace = self._trace(upto, allowance, shown)
-            trace_tokens = self.counter.count(trace + "\n") if trace else 0  # with the break before the rendering
+            trace, trace_tokens = self._trace(upto, allowance, shown)
         rendering = self._render(query, allowance - trace_tokens, reference - trace_tokens, first, options, mode)
 
         def compose(trace: str, trace_tokens: int) -> tuple[list[Message], int]:
@@ -424,19 +425,19 @@ class AgentSession:
         if shown and trace:  # a unit the trace's room took out of raw: its command joins it when it fits
             now = {i for v in rendering.shown if v.resolution == "raw" for i in units[v.seq]}
             if not shown <= now:
-                more = self._trace(upto, allowance, now)
-                fuller = compose(more, self.counter.count(more + "\n"))
+                fuller = compose(*self._trace(upto, allowance, now))
                 messages, tokens = fuller if fuller[1] <= ceiling else (messages, tokens)
         if tokens > ceiling:  # the join cost a token more than counted: leave the trace out
             messages, tokens = compose("", 0)
         return AgentContext(messages, tokens, ceiling, rendering, False, tuple(range(first, len(units))), notes=first)
 
-    def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> str:
+    def _trace(self, upto: int, allowance: int, skip: set[int] | frozenset[int] = frozenset()) -> tuple[str, int]:
         """The command trace of steps ``0..upto-1`` but ``skip`` (steps the memory shows raw) within
         ``agent_trace_share`` of the allowance: every command's first
         line (``step N: command``), newest first while they fit; then, newest first, whole
         commands (up to ``agent_trace_line_tokens`` each) in place of first lines while room is left.
-        Shown oldest first."""
+        Shown oldest first; with its tokens and the line break after it (``("", 0)`` when empty),
+        counted from its lines' kept counts."""
         s = self.core.settings
         room = int(s.agent_trace_share * allowance) - self.counter.count(TRACE_HEADER)
         chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
@@ -452,7 +453,10 @@ class AgentSession:
             if 0 < line[3] - line[1] <= room:
                 room -= line[3] - line[1]
                 line[0] = line[2]
-        return TRACE_HEADER + "\n".join(line[0] for line in reversed(chosen)) if chosen else ""
+        if not chosen:
+            return "", 0
+        lines = [TRACE_HEADER[:-1], *(line[0] for line in reversed(chosen))]
+        return "\n".join(lines), self.counter.count_lines([*lines, ""], self._line_counts)
 
     def _trace_entry(self, i: int) -> tuple[str, int, str, int]:
         """Step ``i``'s trace forms and their tokens (first line, tokens, whole command, tokens); the

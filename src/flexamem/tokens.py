@@ -64,6 +64,27 @@ def splits_after_break(right: str) -> bool:
     return bool(right) and not right[0].isspace() and right[0] != "/"
 
 
+LINE_CHARS_KEPT = 500_000  # the characters of texts whose counts one LineCounts keeps (~0.5-2 MB)
+
+
+class LineCounts(dict[tuple[str, bool], int]):
+    """Token counts of texts (with or without a line break after them), kept across calls of
+    :meth:`TokenCounter.count_lines`; let go whole once the texts kept pass ``limit`` characters."""
+
+    def __init__(self, limit: int = LINE_CHARS_KEPT) -> None:
+        super().__init__()
+        self.limit = limit
+        self.chars = 0  # characters of the texts kept
+
+    def __setitem__(self, key: tuple[str, bool], value: int) -> None:
+        if key not in self:
+            if self.chars + len(key[0]) > self.limit:
+                self.clear()
+                self.chars = 0
+            self.chars += len(key[0])
+        super().__setitem__(key, value)
+
+
 class TokenCounter:
     """Counts o200k_base tokens; ``count`` is the only length measure the library uses.
 

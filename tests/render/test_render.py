@@ -166,18 +166,6 @@ def test_unit_recovery_excerpts_are_made_once_per_query_and_history() -> None:
     assert "Fixed the import" in renderer._recovery(["build"], 64).excerpt(1)[0]
 
 
-def test_renders_stay_exact_when_the_kept_line_counts_are_let_go(demo_mem: fm.Memory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Line counts are kept across renders up to a bound, then dropped: every render still counts exactly."""
-    import flexamem.render.renderer as renderer
-
-    for kept in (1, renderer.LINE_CHARS_KEPT):
-        monkeypatch.setattr(renderer, "LINE_CHARS_KEPT", kept)
-        for query in ("refund", "checkout visa", "refund", "Lisbon hotel"):
-            for mode in ("auto", "pieces", "units"):
-                r = demo_mem.render(query, 700, mode=mode)
-                assert r.tokens == fm.count(r.text) and r.composition
-
-
 def test_a_short_turn_gets_the_room_a_long_one_would_take() -> None:
     """``auto_turn_length`` (default 1.0): at a small budget a short turn that answers the question is
     shown, where without the discount a long turn about the same thing took its room."""

@@ -32,24 +32,12 @@ from flexamem.render import format as fmt
 from flexamem.render.result import Rendering, UnitView
 from flexamem.render.timeline import Entry, Timeline, hide_oldest, total_tokens
 from flexamem.text import stemmed
-from flexamem.tokens import TokenCounter
+from flexamem.tokens import LineCounts, TokenCounter
 
 Mode = Literal["auto", "units", "pieces"]
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
-LINE_CHARS_KEPT = 500_000  # a renderer keeps the counts of memory lines up to this many characters of them
-
-
-class _KeptCounts(dict[tuple[str, bool], int]):
-    """Token counts kept by text, and the characters of the texts kept (for the renderer's bound)."""
-
-    chars = 0
-
-    def __setitem__(self, key: tuple[str, bool], value: int) -> None:
-        if key not in self:
-            self.chars += len(key[0])
-        super().__setitem__(key, value)
 
 
 @dataclass(frozen=True)
@@ -163,7 +151,7 @@ class Renderer:
         self.settings = settings
         self.piece_vectors = piece_vectors
         self._recovery_memo: tuple[object, tuple[Any, ...], Recovery] | None = None
-        self._line_tokens = _KeptCounts()  # a memory line's tokens, by its text
+        self._line_counts = LineCounts()  # a memory line's tokens, by its text
 
     def render(
         self,
@@ -241,7 +229,7 @@ class Renderer:
         entries, hidden, chosen, spans = self._plan_units(query, allowance, merge_allowance, base, n, options)
         while True:
             lines, parts = self._assemble_units(entries, hidden, chosen, n, options.after_timeline)
-            text, tokens = "\n".join(lines), self._count_lines(lines)
+            text, tokens = "\n".join(lines), self.counter.count_lines(lines, self._line_counts)
             if tokens <= allowance:
                 break
             if chosen:
@@ -312,15 +300,6 @@ class Renderer:
         )
         self._recovery_memo = (last, key, recovery)
         return recovery
-
-    def _count_lines(self, lines: list[str]) -> int:
-        """Tokens of the memory's lines joined by line breaks, from counts kept across renders (exact:
-        :meth:`TokenCounter.count_lines`); let go once the texts they were kept for pass a bound."""
-        kept = self._line_tokens
-        tokens = self.counter.count_lines(lines, kept)
-        if kept.chars > LINE_CHARS_KEPT:
-            self._line_tokens = _KeptCounts()
-        return tokens
 
     def _assemble_units(
         self, entries: list[Entry], hidden: list[Entry], chosen: list[Shown], n: int, after: bool
@@ -403,7 +382,7 @@ class Renderer:
             lines = [e.line for e in entries]
             if chosen:
                 lines += pieces_lines(self.history, chosen, join=atomic)
-            text, tokens = "\n".join(lines), self._count_lines(lines)
+            text, tokens = "\n".join(lines), self.counter.count_lines(lines, self._line_counts)
             if tokens <= allowance:
                 break
             if chosen:  # re-render with fewer pieces: drop the lowest-ranked one
