@@ -5,7 +5,8 @@ turns of a LoCoMo conversation (``--turns``, default 300), embedded in the embed
 Printed per recipe: sentences/s at 1 and 2 threads (best of ``--repeats``, the ratio to fp32 measured
 beside it), cosine of each vector to its fp32 twin (median, min), and top-10 agreement: for 100 turns
 used as queries, the share of their 10 nearest turns (fp32) that the recipe's vectors also put in
-their 10 nearest.
+their 10 nearest. The static recipes calibrate on 200 windows of 32 tokens from the second
+conversation's turns (not the measured ones).
 
     python benchmarks/int8.py --data ../shared/data/locomo/locomo-dev.json [--recipes fp32,int8,...]
 """
@@ -71,7 +72,39 @@ RECIPES: dict[str, Callable[[Any], bytes]] = {
     "int8-ffn-down-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "_out_mm"))(m),
     # the first layer kept fp32
     "int8-layer0-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "l0_"))(m),
+    # static: activations' ranges fixed from a calibration set (another conversation's turns)
+    "int8-static-minmax": lambda m: _static(m, "MinMax"),
+    "int8-static-percentile": lambda m: _static(m, "Percentile"),
 }
+
+CALIBRATION: list[list[int]] = []  # token-id windows from a conversation the speed is not measured on
+
+
+def _static(model: Any, method: str) -> bytes:
+    """Static quantisation (QDQ, per-channel int8 weights, uint8 activations) of the weight MatMuls,
+    the activations' ranges calibrated on ``CALIBRATION`` (windows of one length: onnxruntime's
+    histogram calibrators need inputs of one shape)."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantType, quantize_static
+
+    class Windows(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.left = iter(CALIBRATION)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            window = next(self.left, None)
+            if window is None:
+                return None
+            ids = np.array([window], dtype=np.int64)
+            return {"input_ids": ids, "attention_mask": np.ones(ids.shape, dtype=np.float32)}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "q.onnx"
+        quantize_static(
+            model, out, Windows(), op_types_to_quantize=["MatMul"], nodes_to_quantize=weight_matmuls(model),
+            per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            calibrate_method=getattr(CalibrationMethod, method),
+        )  # fmt: skip
+        return out.read_bytes()
 
 
 def _except(model: Any, marker: str) -> list[str]:
@@ -80,9 +113,9 @@ def _except(model: Any, marker: str) -> list[str]:
     return [name for name in weight_matmuls(model) if marker not in outputs[name]]
 
 
-def texts_of(path: Path, n: int) -> list[str]:
+def texts_of(path: Path, n: int, conversation: int = 0) -> list[str]:
     data = json.loads(path.read_text())
-    conv = data[0]["conversation"]
+    conv = data[conversation]["conversation"]
     out = []
     for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
         out += [f"{t['speaker']}: {t['text']}" for t in conv[key] if isinstance(t, dict)]
@@ -102,6 +135,9 @@ def main() -> int:
     tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.enable_truncation(MAX_SEQ_LEN)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    stream = [i for t in texts_of(Path(args.data), 200, conversation=1) for i in tokenizer.encode(t).ids[1:-1]]
+    CALIBRATION[:] = [[cls, *stream[k : k + 30], sep] for k in range(0, len(stream) - 30, 30)][:200]
     import threading
 
     lock = threading.Lock()
