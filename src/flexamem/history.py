@@ -48,6 +48,8 @@ class History:
         self._doc_tokens = np.zeros(0)  # per doc: its piece's tokens
         self._head_weights = np.zeros(0)  # per doc: its weight in its turn's head vector
         self._head_norms = np.zeros(0)  # per turn: the norm of its head vector
+        self._turn_tokens = np.zeros(0)  # per turn: its pieces' tokens
+        self._turn_tokens_docs = 0  # docs the turn sizes cover
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
 
     def __len__(self) -> int:
@@ -167,6 +169,17 @@ class History:
             new = np.fromiter((self.piece(d)[1].tokens for d in range(done, len(self.piece_of))), dtype=np.float64)
             self._doc_tokens = np.concatenate([self._doc_tokens, new])
         return self._doc_tokens
+
+    def turn_tokens(self) -> np.ndarray:
+        """Per turn (or block), the tokens of its pieces (cached, extended with the docs; a turn never
+        spans two notes, so the turns of the first docs never change)."""
+        done = self._turn_tokens_docs
+        if done < len(self.piece_of):  # ``done`` is a note's first doc, so a turn's first doc
+            starts = np.flatnonzero(np.asarray(self.turn_start[done:], dtype=bool))
+            sums = np.add.reduceat(self.doc_tokens()[done:], starts)
+            self._turn_tokens = np.concatenate([self._turn_tokens, sums])
+            self._turn_tokens_docs = len(self.piece_of)
+        return self._turn_tokens
 
     def turn_heads(self) -> tuple[np.ndarray, np.ndarray]:
         """``auto``'s turn vectors, as what a cosine needs: per doc, its weight in its turn's vector

@@ -295,3 +295,21 @@ def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
         assert np.array_equal(got[sizes <= long_from], plain[sizes <= long_from])
         assert (got[sizes > long_from] < plain[sizes > long_from]).all()
     assert np.array_equal(turn_scores(h, bm, cos, alpha=0.5, spread=2.0, long_from=long_from, length=0.0), plain)
+
+
+def test_turn_sizes_are_kept_per_history_and_extended_write_by_write() -> None:
+    """``History.turn_tokens``: per turn the tokens of its pieces, the same when computed before and
+    after a write (extended, not recomputed) as for the whole history loaded at once."""
+    from flexamem.history import History
+
+    mem = history_mem()
+    h = mem.history
+    before = h.turn_tokens().copy()
+    mem.add_session([{"speaker": "Ana", "text": "\n".join(f"Line {i} of a long note." for i in range(30))},
+                     {"speaker": "Ben", "text": "Short."}], session_id="s3")  # fmt: skip
+    starts = [*np.flatnonzero(h.doc_arrays()[1]), h.pieces_count]
+    want = [sum(h.piece(d)[1].tokens for d in range(a, b)) for a, b in itertools.pairwise(starts)]
+    assert h.turn_tokens().tolist() == want
+    assert h.turn_tokens()[: len(before)].tolist() == before.tolist()
+    assert len(want) > len(before) and want[-2] > 30  # the new turns are there, the long one summed
+    assert History.from_notes(h.notes, h.dim).turn_tokens().tolist() == want

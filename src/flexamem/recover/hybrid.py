@@ -152,7 +152,7 @@ def turn_scores(
     a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))
     out: np.ndarray = a * best_bm + (1.0 - a) * turn_cos
     if length > 0 and long_from > 0:
-        sizes = np.add.reduceat(history.doc_tokens()[: len(bm)], starts)
+        sizes = history.turn_tokens()[: len(starts)]  # the turns of the docs scored (whole notes)
         keep = np.minimum(1.0, long_from / np.maximum(sizes, 1.0)) ** length
         out = np.where(out > 0, out * keep, out / keep)
     return out

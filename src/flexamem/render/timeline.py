@@ -163,11 +163,11 @@ class Timeline:
             if stored is None:  # its merged record was never stored (a full disk kept it in memory only):
                 entries += [self.record(i) for i in range(first, last + 1)]  # its records; merged again when fit
                 continue
-            notes = self.history.notes
-            line = fmt.merged_line(notes[first], notes[last], stored.text)
-            entry = self._merged.setdefault(
-                (first, last, level), Entry(first, last, level, line, self.counter.count(line))
-            )
+            entry = self._merged.get((first, last, level))
+            if entry is None:  # counted once: the line of a stored merge never changes
+                notes = self.history.notes
+                line = fmt.merged_line(notes[first], notes[last], stored.text)
+                entry = self._merged[(first, last, level)] = Entry(first, last, level, line, self.counter.count(line))
             entries.append(entry)
         start = entries[-1].last + 1 if entries else 0
         return entries + [self.record(i) for i in range(start, n)]
