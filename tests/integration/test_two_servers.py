@@ -1,5 +1,5 @@
 """Two ``flexamem serve`` instances (separate processes and ports, two workers each) on one PostgreSQL
-under mixed load: every write acknowledged by one is rendered by the other within a second, nothing
+under mixed load: every write acknowledged by one is shown by a render of the other begun within a second, nothing
 acknowledged is lost, no 5xx."""
 
 from __future__ import annotations
@@ -85,12 +85,13 @@ def test_a_write_to_one_server_is_rendered_by_the_other_within_a_second(servers:
                 assert r.status_code == 200, r.text
                 acked.append(("shared", f"s{i}"))
                 acked_at = time.monotonic()
-                while True:
+                while True:  # the delay: ack to the start of the first render that shows the write
                     body = {"query": "locker code", "budget": 2000}
+                    asked_at = time.monotonic()  # (not its end: a loaded machine's render time is not staleness)
                     shown = c.post(f"{reader}/v1/histories/shared/render", json=body)
                     statuses.append(shown.status_code)
                     if code in shown.text:
-                        delays.append(time.monotonic() - acked_at)
+                        delays.append(asked_at - acked_at)
                         break
                     assert time.monotonic() - acked_at < 5, "the other server never showed the write"
     finally:
