@@ -202,12 +202,12 @@ def test_identifier_prior_lifts_pieces_holding_ids() -> None:
 def test_ranked_groups_match_a_full_stable_sort() -> None:
     import numpy as np
 
-    from flexamem.recover.hybrid import TOP, _ranked_groups
+    from flexamem.recover.hybrid import TOP, ranked_groups
 
     rng = np.random.default_rng(3)
     for n in (1, 10, 2 * TOP + 1, 3 * TOP, 9000):
         scores = np.round(rng.random(n) * 40) / 10  # many ties
-        assert list(_ranked_groups(scores)) == list(np.lexsort((np.arange(n), -scores)))
+        assert list(ranked_groups(scores)) == list(np.lexsort((np.arange(n), -scores)))
 
 
 def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_flat_one() -> None:

@@ -1,5 +1,5 @@
 import flexamem as fm
-from flexamem.render.timeline import GROUP, Entry, _next_group, total_tokens
+from flexamem.render.timeline import GROUP, Entry, next_group, total_tokens
 
 
 def many_sessions(mem: fm.Memory, n: int) -> None:
@@ -25,12 +25,12 @@ def test_groups_are_oldest_first_lowest_level_and_aligned() -> None:
         return Entry(first, last, level, "x", 1)
 
     entries = [e(i, i, 0) for i in range(10)]
-    assert _next_group(entries) == (0, GROUP)
+    assert next_group(entries) == (0, GROUP)
     entries = [e(0, 3, 1), e(4, 7, 1), e(8, 8, 0), e(9, 9, 0)]
-    assert _next_group(entries) == (2, 4)
+    assert next_group(entries) == (2, 4)
     entries = [e(0, 3, 1), e(4, 7, 1), e(8, 8, 0)]
-    assert _next_group(entries) == (0, 2)  # one record left: merge merged records
-    assert _next_group([e(0, 7, 2), e(8, 8, 0)]) is None
+    assert next_group(entries) == (0, 2)  # one record left: merge merged records
+    assert next_group([e(0, 7, 2), e(8, 8, 0)]) is None
 
 
 def test_merges_fit_target_and_are_written_once() -> None:

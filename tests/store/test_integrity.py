@@ -15,7 +15,7 @@ import pytest
 
 import flexamem as fm
 from flexamem.store.schema import MIGRATIONS
-from flexamem.store.sqlite import _split_sql
+from flexamem.store.sqlite import split_sql
 from tests.conftest import NO_POSTGRES
 
 from .test_contract import raw_sql, sessions
@@ -56,7 +56,7 @@ def v5_store(kind: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
         path = str(tmp_path / "v5.db")
         db = sqlite3.connect(path)
         for m in MIGRATIONS[:5]:
-            for statement in _split_sql(m.sqlite):
+            for statement in split_sql(m.sqlite):
                 db.execute(statement)
         db.execute("PRAGMA user_version = 5")
         db.commit()

@@ -119,11 +119,11 @@ def test_caches_accounting_and_state() -> None:
 
 def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
     from flexamem.store.schema import MIGRATIONS
-    from flexamem.store.sqlite import _split_sql
+    from flexamem.store.sqlite import split_sql
 
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
-    for statement in _split_sql(MIGRATIONS[0].sqlite):
+    for statement in split_sql(MIGRATIONS[0].sqlite):
         db.execute(statement)
     db.execute("INSERT INTO histories VALUES ('h', 'conversation', '{}', 0)")
     db.execute("INSERT INTO merged VALUES ('h', 0, 3, 1, 'old merged text', 3, 'rule', 0)")

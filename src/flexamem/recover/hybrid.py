@@ -187,7 +187,7 @@ def hybrid_ranking(
         group_score = lifted
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
-    for g in _ranked_groups(group_score):
+    for g in ranked_groups(group_score):
         for d in range(int(starts[g]), int(ends[g])):
             out.append(d)
             used += history.piece(d)[1].tokens
@@ -199,7 +199,7 @@ def hybrid_ranking(
 TOP = 2048  # groups sorted first; the rest only if the room needs them (rarely)
 
 
-def _ranked_groups(scores: np.ndarray) -> Iterator[int]:
+def ranked_groups(scores: np.ndarray) -> Iterator[int]:
     """Group indexes by score desc, ties to the earlier group: the order of a full stable sort, but
     only the top ``TOP`` (with every group tying the last of them) are sorted unless more are read."""
     if len(scores) <= 2 * TOP:

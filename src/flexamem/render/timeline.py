@@ -193,7 +193,7 @@ class Timeline:
                 self._plans.clear()
             plan = self._plans[key] = _Plan(list(entries), [total_tokens(entries)], [])
         while plan.totals[-1] > target and not plan.exhausted:
-            group = _next_group(plan.state)
+            group = next_group(plan.state)
             if group is None:
                 plan.exhausted = True
                 break
@@ -224,7 +224,7 @@ class _Plan:
     results: dict[int, list[Entry]] = field(default_factory=dict)  # the timeline after k merges
 
 
-def _next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:
+def next_group(entries: Sequence[Entry]) -> tuple[int, int] | None:
     """Slice of the oldest run (up to four) of the lowest level holding two or more entries."""
     levels: dict[int, list[int]] = {}
     for i, e in enumerate(entries):

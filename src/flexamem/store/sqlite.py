@@ -101,7 +101,7 @@ class SQLiteStore(SQLStore):
             raise ReadOnlyStoreError(f"database schema v{version} needs migrating, but it is open read-only")
         with self._write():
             for n in range(self._version(), SCHEMA_VERSION):
-                for statement in _split_sql(MIGRATIONS[n].sqlite):
+                for statement in split_sql(MIGRATIONS[n].sqlite):
                     self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -153,7 +153,7 @@ class SQLiteStore(SQLStore):
         conn.executemany(sql, rows)
 
 
-def _split_sql(script: str) -> list[str]:
+def split_sql(script: str) -> list[str]:
     """Split a migration into statements (triggers hold inner semicolons, so split on 'END;')."""
     out, buf = [], ""
     for part in script.split(";"):
