@@ -155,15 +155,15 @@ def test_unit_recovery_excerpts_are_made_once_per_query_and_history() -> None:
     mem = fm.Memory(":memory:")
     mem.add_session([{"speaker": "A", "text": "The build failed on test_models.py line 42."}], session_id="a")
     renderer = mem.renderer
-    first = renderer._recovery(["build", "failed"], 128)
-    assert renderer._recovery(["build", "failed"], 128) is first
-    assert renderer._recovery(["build"], 128) is not first
-    again = renderer._recovery(["build"], 64)
+    first = renderer.recovery(["build", "failed"], 128)
+    assert renderer.recovery(["build", "failed"], 128) is first
+    assert renderer.recovery(["build"], 128) is not first
+    again = renderer.recovery(["build"], 64)
     mem.add_session([{"speaker": "A", "text": "Fixed the import in models.py."}], session_id="b")
     renderer = mem.renderer  # a write may give the memory a new renderer; either way nothing stale is used
-    assert renderer._recovery(["build"], 64) is not again
-    assert renderer._recovery(["build"], 64).excerpt(0)[0]  # scores made before the new note are not used
-    assert "Fixed the import" in renderer._recovery(["build"], 64).excerpt(1)[0]
+    assert renderer.recovery(["build"], 64) is not again
+    assert renderer.recovery(["build"], 64).excerpt(0)[0]  # scores made before the new note are not used
+    assert "Fixed the import" in renderer.recovery(["build"], 64).excerpt(1)[0]
 
 
 def test_a_short_turn_gets_the_room_a_long_one_would_take() -> None:

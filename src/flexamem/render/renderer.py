@@ -248,7 +248,7 @@ class Renderer:
         """Unit recovery's plan: the timeline entries shown and hidden, the units chosen (raw, excerpt)
         and the timeline's spans after merging."""
         s = self.settings
-        recovery = self._recovery(query.excerpt_terms, s.excerpt_tokens)
+        recovery = self.recovery(query.excerpt_terms, s.excerpt_tokens)
         order: list[int] = []
         if options.recovery and query.order is not None:  # a plug-in: another memory's search order
             order = [int(seq) for seq in dict.fromkeys(query.order) if 0 <= int(seq) < n]
@@ -287,7 +287,7 @@ class Renderer:
         )
         return entries, hidden, chosen, spans
 
-    def _recovery(self, terms: Sequence[str], excerpt_tokens: int) -> Recovery:
+    def recovery(self, terms: Sequence[str], excerpt_tokens: int) -> Recovery:
         """Unit recovery's excerpts for these query terms: the last one made is used again while the
         history is unchanged (an agent's call plans twice with one query)."""
         last = self.history.notes[-1] if self.history.notes else None  # notes only grow: the newest names them
