@@ -103,17 +103,45 @@ async def load(
     write_share: float,
     budget: int,
     seed: int,
+    retry: bool = False,
 ) -> dict[str, Any]:
-    """C clients, each sending one request after the other for ``duration`` seconds."""
+    """C clients, each sending one request after the other for ``duration`` seconds. A write refused
+    with 503 and ``Retry-After`` is sent again after it (at most 2 s, as the one-API client does; by a
+    task of its own, so the offered load of renders does not fall) when ``retry`` is set, until 30 s
+    past the phase; each acknowledged write's latency is its acknowledged request's, and the time from
+    its first attempt is kept beside it."""
     rng = random.Random(seed)
     renders: list[float] = []
     writes: list[float] = []
+    first_to_ack: list[float] = []
     statuses: dict[int | str, int] = {}
     acked: list[tuple[str, str]] = []
     headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    limits = httpx.Limits(max_connections=clients + 64, max_keepalive_connections=clients + 64)  # + retries
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
         end = time.perf_counter() + duration
+        retries: list[asyncio.Task[None]] = []
+
+        async def write(history: str, body: dict[str, Any], start: float) -> httpx.Response:
+            sent = time.perf_counter()
+            r = await client.post(f"/v1/histories/{history}/sessions", json=body)
+            if r.status_code == 200:
+                writes.append(time.perf_counter() - sent)  # the acknowledged request's own wait
+                first_to_ack.append(time.perf_counter() - start)
+                acked.append((history, body["session_id"]))
+            return r
+
+        async def write_again(history: str, body: dict[str, Any], start: float, r: httpx.Response) -> None:
+            while r.status_code == 503 and "retry-after" in r.headers and time.perf_counter() < end + 30:
+                await asyncio.sleep(min(float(r.headers["retry-after"]), 2.0))
+                try:
+                    r = await write(history, body, start)
+                except httpx.HTTPError as exc:
+                    statuses[f"{type(exc).__name__} (retry)"] = statuses.get(f"{type(exc).__name__} (retry)", 0) + 1
+                    return
+                statuses[f"{r.status_code} (retry)"] = statuses.get(f"{r.status_code} (retry)", 0) + 1
+            if r.status_code != 200:
+                statuses["given up"] = statuses.get("given up", 0) + 1
 
         async def one_client() -> None:
             while time.perf_counter() < end:
@@ -123,10 +151,11 @@ async def load(
                     if rng.random() < write_share:
                         sid = "w" + uuid.uuid4().hex[:12]
                         body = {"turns": rng.choice(sessions), "session_id": sid}
-                        r = await client.post(f"/v1/histories/{history}/sessions", json=body)
-                        if r.status_code == 200:
-                            writes.append(time.perf_counter() - start)
-                            acked.append((history, sid))
+                        r = await write(history, body, start)
+                        if r.status_code == 503 and retry and "retry-after" in r.headers:
+                            # refused (busy): sent again after Retry-After, as the one-API client does, by a
+                            # task of its own, so that this client's next requests go on as before
+                            retries.append(asyncio.create_task(write_again(history, body, start, r)))
                     else:
                         body = {"query": rng.choice(questions), "budget": budget}
                         r = await client.post(f"/v1/histories/{history}/render", json=body)
@@ -139,8 +168,12 @@ async def load(
 
         began = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(clients)))
-        elapsed = time.perf_counter() - began
-    return {"renders": renders, "writes": writes, "statuses": statuses, "acked": acked, "seconds": elapsed}
+        elapsed = time.perf_counter() - began  # the rates' time: the refused writes' retries may go on after it
+        await asyncio.gather(*retries)
+    return {
+        "renders": renders, "writes": writes, "first_to_ack": first_to_ack, "statuses": statuses, "acked": acked,
+        "seconds": elapsed,
+    }  # fmt: skip
 
 
 def stored_sessions(url: str, key: str, history: str) -> set[str]:
@@ -178,7 +211,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
             result = asyncio.run(
                 load(
                     server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
-                    write_share=share, budget=args.budget, seed=len(rows),
+                    write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
                 )
             )  # fmt: skip
             lost = 0
@@ -190,10 +223,16 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
             s, r, w = result["seconds"], result["renders"], result["writes"]
             ms = [1000 * x for x in r]
             wms = [1000 * x for x in w]
+            fms = [1000 * x for x in result["first_to_ack"]]
             rows.append(
                 f"| {store} | {phase} | {len(r) / s:.0f} | {percentile(ms, 0.5):.0f} / {percentile(ms, 0.95):.0f} / "
                 f"{percentile(ms, 0.99):.0f} ms | "
-                + (f"{len(w) / s:.1f} | {percentile(wms, 0.5):.0f} / {percentile(wms, 0.99):.0f} ms" if w else "- | -")
+                + (
+                    f"{len(w) / s:.1f} | {percentile(wms, 0.5):.0f} / {percentile(wms, 0.99):.0f} ms | "
+                    f"{percentile(fms, 0.5):.0f} / {percentile(fms, 0.99):.0f} ms"
+                    if w
+                    else "- | - | -"
+                )
                 + f" | {json.dumps({str(k): v for k, v in result['statuses'].items()}, sort_keys=True)} | "
                 + f"{len(result['acked'])} / {lost} |"
             )
@@ -215,14 +254,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of renders before measuring")
     parser.add_argument("--budget", type=int, default=4096)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--retry-writes", action="store_true", help="send a refused (503) write again after Retry-After (its own task)"
+    )
     parser.add_argument("--serve-args", default="", help="more flexamem serve options, e.g. '--max-open 64'")
     args = parser.parse_args()
     print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback, {args.duration:.0f} s per phase; "
           f"flexamem serve --workers {args.workers} {args.serve_args}".rstrip())  # fmt: skip
     print(
-        "| store | load | renders/s | render p50 / p95 / p99 | writes/s | write p50 / p99 | statuses | acked / lost |"
+        "| store | load | renders/s | render p50 / p95 / p99 | writes/s | write ack p50 / p99 | first send to ack "
+        "p50 / p99 | statuses | acked / lost |"
     )
-    print("|---|---|---:|---|---:|---|---|---|")
+    print("|---|---|---:|---|---:|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for store in args.store.split(","):
             run_store(store.strip(), args, Path(tmp))
