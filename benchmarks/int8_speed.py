@@ -8,7 +8,9 @@ neighbour hits both alike), each one:
   16k history budget, ``AgentSession.context()`` after each step where memory is on (``auto`` embeds
   the newest step as its query): mean and p50 ms;
 - **renders**: every question of the conversation rendered at 4k with its query embedded in the call
-  (what a server's render does), mean ms.
+  (what a server's render does), mean ms;
+- **one forward** of a single text of 16, 64 and 256 wordpieces, median ms (5 ms of Python work
+  between forwards, as in a call).
 
 The best round of each is kept and the int8 / fp32 ratio printed. Run it on an idle machine.
 
@@ -20,7 +22,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 import flexamem as fm
 from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
@@ -36,17 +41,48 @@ def ingest(embedder: OnnxMiniLMEmbedder, sessions: list[dict[str, object]]) -> t
     return sum(n.raw_tokens for n in mem.history.notes) / seconds, mem
 
 
-def agent_calls(embedder: OnnxMiniLMEmbedder, trajectories: list[Trajectory], budget: int) -> list[float]:
-    ms = []
+class Counted:
+    """An embedder that counts its calls (the same name, size and vectors as the one it wraps)."""
+
+    def __init__(self, inner: OnnxMiniLMEmbedder) -> None:
+        self.inner, self.name, self.dim, self.calls = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return self.inner.embed(texts)
+
+
+def agent_calls(embedder: OnnxMiniLMEmbedder, trajectories: list[Trajectory], budget: int) -> tuple[list[float], int]:
+    """Each call's ms, and how many of the calls embedded their query (a unit whose head is unchanged
+    since the last call reuses its vector)."""
+    ms, embedding = [], 0
+    counted = Counted(embedder)
     for traj in trajectories:
-        agent = fm.Memory(":memory:", embedder=embedder).agent(task=traj.task, budget=budget, system=traj.system)
+        agent = fm.Memory(":memory:", embedder=counted).agent(task=traj.task, budget=budget, system=traj.system)
         for step in traj.steps:
             agent.step(action=step.action, observation=step.observation, messages=step.messages)
+            before = counted.calls
             start = time.perf_counter()
             ctx = agent.context()
             if not ctx.pass_through:
                 ms.append((time.perf_counter() - start) * 1000)
-    return ms
+                embedding += counted.calls > before
+    return ms, embedding
+
+
+def forward_ms(embedder: OnnxMiniLMEmbedder, tokens: int, repeats: int = 30) -> float:
+    """Median ms of one text of about ``tokens`` wordpieces, with 5 ms of Python work between forwards
+    (as in a call: the runtime's pool threads have gone to sleep when the query comes)."""
+    text = " ".join(["memory"] * max(1, tokens - 2))
+    ms = []
+    for _ in range(repeats):
+        until = time.perf_counter() + 0.005
+        while time.perf_counter() < until:
+            pass
+        start = time.perf_counter()
+        embedder.embed([text])
+        ms.append((time.perf_counter() - start) * 1000)
+    return statistics.median(ms)
 
 
 def renders(mem: fm.Memory, questions: list[str]) -> list[float]:
@@ -78,7 +114,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name, embedder in embedders.items():
             rate, mem = ingest(embedder, sessions)
-            calls = agent_calls(embedder, trajectories, args.budget)
+            calls, embedding = agent_calls(embedder, trajectories, args.budget)
             rendered = renders(mem, questions)
             mem.close()
             row = {
@@ -86,13 +122,15 @@ def main() -> None:
                 "agent call mean ms": statistics.mean(calls),
                 "agent call p50 ms": statistics.median(calls),
                 "render mean ms": statistics.mean(rendered),
+                **{f"one forward, {n} tokens, ms": forward_ms(embedder, n) for n in (16, 64, 256)},
             }
             print(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
             for k, v in row.items():
                 keep = max if k.startswith("ingest") else min
                 best[name][k] = keep(best[name].get(k, v), v)
     print(f"\n{h.history_id} ({len(sessions)} sessions, {len(questions)} renders at 4k); "
-          f"{len(trajectories)} coding runs at {args.budget} ({len(calls)} calls with memory on)")  # fmt: skip
+          f"{len(trajectories)} coding runs at {args.budget} ({len(calls)} calls with memory on, "
+          f"{embedding} of them embedding their query)")  # fmt: skip
     print("| measure | fp32 | int8 | speed-up |\n|---|---:|---:|---:|")
     for k in best["fp32"]:
         a, b = best["fp32"][k], best["int8"][k]
