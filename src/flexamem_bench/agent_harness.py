@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from flexamem.errors import FlexaMemError, InvalidInputError
+from flexamem import FlexaMemError, InvalidInputError
 from flexamem.llm.client import ChatModel
 from flexamem.render.messages import messages_tokens
 from flexamem.tokens import counter

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flexamem import FlexaMemError, InvalidInputError, Memory
 from flexamem.cli.llm import add_writer_arguments, required_model, writer_from_args
 from flexamem.cli.store import progress_bar
-from flexamem.errors import FlexaMemError, InvalidInputError
-from flexamem.memory import Memory
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem.tokens import counter
 from flexamem_bench.baselines.reader import BASELINE_METHODS
@@ -60,7 +59,7 @@ def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from flexamem.config import Settings
+    from flexamem import Settings
     from flexamem_bench.conversation_data import load_locomo
 
     conversations = load_locomo(args.data)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flexamem.errors import InvalidInputError
+from flexamem import InvalidInputError
 from flexamem_bench.conversation_data import CATEGORIES, load_locomo, read_json_list
 from flexamem_bench.conversation_data import Session as LocomoSession
 

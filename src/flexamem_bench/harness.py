@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from flexamem import FlexaMemError, InvalidInputError, Memory, Settings
 from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
-from flexamem.config import WRITE_SETTINGS, Settings
-from flexamem.errors import FlexaMemError, InvalidInputError
+from flexamem.config import WRITE_SETTINGS
 from flexamem.llm.client import ChatModel
-from flexamem.memory import Memory
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.default_embed import default_embedder
 from flexamem.write.records import RecordWriter

@@ -14,7 +14,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from flexamem.render.result import Rendering
+from flexamem import Rendering
 
 
 def shown_pieces_by_turn(rendering: Rendering, turn_pieces: dict[str, set[tuple[int, int]]]) -> dict[str, float]:

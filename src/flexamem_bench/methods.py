@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flexamem import Memory, Note, RenderOptions
 from flexamem.budget import allowance
-from flexamem.memory import Memory
-from flexamem.notes import Note
 from flexamem.recover.bm25 import BM25Index
 from flexamem.render import format as fmt
-from flexamem.render.renderer import AUTO_ABLATIONS, RenderOptions
+from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem.text import content_words, query_terms
 from flexamem.tokens import TokenCounter
 

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from flexamem.errors import InvalidInputError, LLMOutputError
+from flexamem import InvalidInputError
+from flexamem.errors import LLMOutputError
 from flexamem.llm.client import ChatModel, Completion
 
 PROMPTS = Path(__file__).parent / "prompts"

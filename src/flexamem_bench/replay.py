@@ -36,15 +36,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from flexamem import Memory, Note, RenderOptions, Settings
 from flexamem.budget import budget_for
 from flexamem.chat import Message
-from flexamem.config import Settings
-from flexamem.memory import Memory
-from flexamem.notes import Note
 from flexamem.recover.pieces import pieces_section, select_pieces
 from flexamem.render import format as fmt
 from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
-from flexamem.render.renderer import RenderOptions
 from flexamem.text import query_terms
 from flexamem.write.embed import Embedder
 from flexamem.write.records import RuleWriter

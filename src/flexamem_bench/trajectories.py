@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flexamem import InvalidInputError
 from flexamem.chat import ROLES
-from flexamem.errors import InvalidInputError
 
 MAX_OBSERVATION_CHARS = 200_000  # a larger tool output is kept, cut, with a mark
 

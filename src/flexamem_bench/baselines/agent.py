@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flexamem import Note
 from flexamem.chat import Message
 from flexamem.llm.client import ChatModel
-from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.render.messages import message_tokens, messages_tokens
 from flexamem_bench.baselines.ledger import Ledger

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from flexamem.errors import InvalidInputError, LLMError
+from flexamem import InvalidInputError, LLMError
 from flexamem.llm.client import ChatModel, Completion, ToolCall, ToolModel, parse_json_object
 
 

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from flexamem.notes import Note
+from flexamem import Note
 from flexamem.render import format as fmt
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder

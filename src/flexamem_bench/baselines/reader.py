@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flexamem.errors import InvalidInputError
+from flexamem import InvalidInputError
 from flexamem_bench.baselines.ledger import Ledger
 from flexamem_bench.baselines.memories import AFM, AMem, MemGAS, ReadAgent, Summary
 from flexamem_bench.baselines.sculptor import Fragments, manage, with_tools

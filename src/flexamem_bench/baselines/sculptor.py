@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from flexamem import Note
 from flexamem.llm.client import ToolCall
-from flexamem.notes import Note
 from flexamem.render import format as fmt
 from flexamem.text import content_words
 from flexamem.tokens import TokenCounter
