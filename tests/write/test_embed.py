@@ -47,6 +47,20 @@ def test_onnx_and_numpy_forwards_give_the_same_vectors() -> None:
     assert OnnxMiniLMEmbedder().embed([]).shape == (0, 384)
 
 
+def test_the_fused_graph_gives_the_op_for_op_vectors() -> None:
+    """onnxruntime's fused kernels (the int8 recipe's graph) compute the same fp32 forward, padded
+    batches (several lengths in one batch) and a text cut at the longest length included."""
+    from flexamem.write.onnx_embed import OnnxMiniLMEmbedder, minilm_graph, session
+
+    texts = ["hi", "Visa ending 4417", "the parcel went to depot seven " * 3, "x " * 600, "Émile à Zürich."]
+    plain, fused = OnnxMiniLMEmbedder(threads=1, batch_size=4), OnnxMiniLMEmbedder(threads=1, batch_size=4)
+    fused.session = session(minilm_graph(fused=True).SerializeToString(), threads=1)
+    ops = {n.op_type for n in minilm_graph(fused=True).graph.node}
+    assert {"Attention", "BiasGelu", "SkipLayerNormalization"} <= ops and "Erf" not in ops
+    a, b = plain.embed(texts), fused.embed(texts)
+    assert float(np.abs(a - b).max()) < 2e-6
+
+
 def test_length_batches_bound_padding_and_keep_every_text() -> None:
     from flexamem.write.embed import length_batches
 

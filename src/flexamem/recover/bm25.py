@@ -172,23 +172,18 @@ class BM25Index:
         return unique, np.bincount(inverse, weights=scores, minlength=len(unique))
 
     def score_all(self, query: Sequence[str]) -> np.ndarray:
-        """Every document's score (0 where no term matches), from one :meth:`search`: cheaper than
-        :meth:`score_docs` once several groups of documents are scored against the same query."""
-        out = np.zeros(len(self._lengths), dtype=np.float64)
-        avgdl = self._avgdl() or 1.0
-        lengths = self._lengths_np()
-        for term in dict.fromkeys(query):  # summed term by term, as :meth:`search` sums: the same floats
-            postings = self._postings.get(term)
-            if postings is None:
-                continue
-            docs, tfs = postings.arrays()  # a term's documents are distinct
-            out[docs] += (
-                self.idf(term)
-                * tfs
-                * (self.k1 + 1.0)
-                / (tfs + self.k1 * (1.0 - self.b + self.b * lengths[docs] / avgdl))
-            )
-        return out
+        """Every document's score (0 where no term matches), from the query terms' postings at once:
+        cheaper than :meth:`score_docs` once several groups of documents are scored against the same
+        query. Summed term by term in query order, as :meth:`search` sums: the same floats."""
+        found = [(term, postings) for term in dict.fromkeys(query) if (postings := self._postings.get(term))]
+        if not found:
+            return np.zeros(len(self._lengths), dtype=np.float64)
+        arrays = [postings.arrays() for _, postings in found]
+        docs = np.concatenate([d for d, _ in arrays])  # a term's documents are distinct
+        tfs = np.concatenate([t for _, t in arrays])
+        idf = np.repeat(np.array([self.idf(term) for term, _ in found]), [len(d) for d, _ in arrays])
+        norm = self.k1 * (1.0 - self.b + self.b * self._lengths_np()[docs] / (self._avgdl() or 1.0))
+        return np.bincount(docs, weights=idf * tfs * (self.k1 + 1.0) / (tfs + norm), minlength=len(self._lengths))
 
     def score_docs(self, query: Sequence[str], docs: Sequence[int]) -> np.ndarray:
         """Scores of the given documents only (used to rank the pieces of one unit)."""

@@ -11,8 +11,10 @@ from flexamem.write.embed import Embedder, MiniLMEmbedder
 
 _lock = threading.Lock()
 _SHARED: dict[str, Embedder] = {}
-CHOICES = ("auto", "onnx", "onnx-int8", "numpy")
-FP32, INT8 = "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"  # the names the default embedders record
+_PRECISION = {"auto": "fp32", "onnx": "fp32", "onnx-int8": "int8", "onnx-int8-v1": "int8-v1"}
+CHOICES = (*_PRECISION, "numpy")
+# the names the default embedders record (onnx_embed.NAMES; kept here, where onnxruntime may be missing)
+FP32, INT8, INT8_V1 = "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8-v2", "all-MiniLM-L6-v2-int8"
 
 
 def _shared(choice: str) -> Embedder:
@@ -34,7 +36,7 @@ def _build(choice: str) -> Embedder:
         try:
             from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
 
-            return OnnxMiniLMEmbedder(precision="int8" if choice == "onnx-int8" else "fp32")
+            return OnnxMiniLMEmbedder(precision=_PRECISION[choice])
         except ImportError:
             if choice != "auto":
                 raise ModelUnavailableError(f"FLEXAMEM_EMBEDDER={choice} needs: pip install 'flexamem[onnx]'") from None
@@ -44,8 +46,8 @@ def _build(choice: str) -> Embedder:
 def default_embedder(recorded: str | None = None) -> Embedder:
     """The process-wide MiniLM embedder (weights loaded once): onnxruntime when the ``onnx`` extra is
     installed (ingest 1.3-2.2x faster, the same vectors to ~1e-6), else the numpy forward pass.
-    ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one; ``onnx-int8`` runs the same graph with int8
-    weights (:mod:`flexamem.write.quantize`).
+    ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one; ``onnx-int8`` runs the model with int8
+    weights (:mod:`flexamem.write.quantize`; ``onnx-int8-v1``: the earlier int8 recipe).
 
     ``recorded``: the embedder a history was written with (its name): that one, whatever the default
     (vectors of two models are never compared); :class:`ModelUnavailableError` for a name this library
@@ -53,12 +55,13 @@ def default_embedder(recorded: str | None = None) -> Embedder:
     choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
     if recorded is None:
         return _shared(choice)
-    if recorded not in (FP32, INT8):
+    if recorded not in (FP32, INT8, INT8_V1):
         raise ModelUnavailableError(
             f"this history was written with the embedder {recorded!r}: pass it to Memory(embedder=...)"
         )
     if _shared(choice).name == recorded:
         return _shared(choice)
-    if recorded == INT8:
-        return _shared("onnx-int8")
-    return _shared("auto" if choice == "onnx-int8" else choice)
+    int8 = {INT8: "onnx-int8", INT8_V1: "onnx-int8-v1"}.get(recorded)
+    if int8 is not None:
+        return _shared(int8)
+    return _shared("auto" if choice.startswith("onnx-int8") else choice)

@@ -1,11 +1,13 @@
 """int8 MiniLM: the project's fp32 graph with int8 weights, made here and cached with a checksum.
 
 Nothing is downloaded: the fp32 graph is built from the shipped safetensors weights
-(:func:`flexamem.write.onnx_embed.build_graph`), then onnxruntime's dynamic quantiser turns the weights
-of the linear layers' MatMul nodes into per-channel int8 (activations are quantised per batch at run
-time). The recipe was chosen by measurement (``benchmarks/int8.py``, docs/PERFORMANCE.md): only the
-MatMuls with a weight matrix; the two attention MatMuls (query x key, probabilities x value) and every
-other node stay fp32.
+(:func:`flexamem.write.onnx_embed.build_graph`; for ``precision="int8"`` with onnxruntime's fused
+kernels, for ``"int8-v1"`` op for op), then onnxruntime's dynamic quantiser turns every
+weight matrix into per-channel int8 (activations are quantised per batch at run time): the linear
+layers' MatMul nodes, and each fused ``Attention`` node's query/key/value projection (it becomes a
+``QAttention``). The recipe was chosen by measurement (``benchmarks/int8.py``, docs/PERFORMANCE.md):
+weights only; the attention products (query x key, probabilities x value) and every other node stay
+fp32.
 
 The result is cached under ``FLEXAMEM_CACHE`` (default ``~/.cache/flexamem``) in a file named by the
 digest of what it is made from (the fp32 model, the recipe and onnxruntime's version), beside a
@@ -21,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-RECIPE = "int8-v1: dynamic, per-channel QInt8 weights, MatMul nodes with a weight initializer only"
+RECIPE = "dynamic, per-channel QInt8 weights: weight MatMuls and fused Attention projections"
 
 
 def cache_dir() -> Path:
@@ -35,8 +37,14 @@ def weight_matmuls(model: Any) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
+def weight_nodes(model: Any) -> list[str]:
+    """Names of the nodes the recipe quantises: the weight MatMuls and the fused Attention nodes."""
+    return weight_matmuls(model) + [n.name for n in model.graph.node if n.op_type == "Attention"]
+
+
 def quantize(model: Any) -> bytes:
     """The serialised int8 model made from an fp32 ``onnx.ModelProto`` (see the module's recipe)."""
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
     for i, node in enumerate(model.graph.node):  # the quantiser selects nodes by name
@@ -47,10 +55,12 @@ def quantize(model: Any) -> bytes:
         quantize_dynamic(
             model,
             out,
-            op_types_to_quantize=["MatMul"],
-            nodes_to_quantize=weight_matmuls(model),
+            op_types_to_quantize=["MatMul", "Attention"],
+            nodes_to_quantize=weight_nodes(model),
             per_channel=True,
             weight_type=QuantType.QInt8,
+            # the fused nodes' outputs carry no inferred type: they are float
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
         return out.read_bytes()
 
