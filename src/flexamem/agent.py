@@ -84,6 +84,8 @@ class AgentSession:
         self.core = core
         self.session_id = session_id
         self.counter = core.counter
+        self._memory_header_tokens = self.counter.count(MEMORY_HEADER)  # constant texts, counted once
+        self._trace_header_tokens = self.counter.count(TRACE_HEADER)
         core.sync()  # reads the session's epoch: from here on a drop of it is refused, never started afresh
         found = core.store.history_meta(core.history_id)  # never creates: a session is created by open()
         if core.epoch is None or found is None:
@@ -388,7 +390,7 @@ class AgentSession:
             self.step_messages(i for k in range(first, len(units)) for i in units[k]),
             sum(self.unit_tokens(units[k]) for k in range(first, len(units))),
         )
-        header = self.counter.count(MEMORY_HEADER)
+        header = self._memory_header_tokens
         overhead = MESSAGE_OVERHEAD + header + 1  # the memory message's framing, header and line break
         allowance = ceiling - p - w - overhead
         reference = ceiling - p - self.budget // 4 - overhead
@@ -439,7 +441,7 @@ class AgentSession:
         Shown oldest first; with its tokens and the line break after it (``("", 0)`` when empty),
         counted from its lines' kept counts."""
         s = self.core.settings
-        room = int(s.agent_trace_share * allowance) - self.counter.count(TRACE_HEADER)
+        room = int(s.agent_trace_share * allowance) - self._trace_header_tokens
         chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
         for i in range(upto - 1, -1, -1):
             if self._commands[i] is None or i in skip:
