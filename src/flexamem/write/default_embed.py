@@ -8,13 +8,13 @@ import threading
 
 from flexamem.errors import ModelUnavailableError
 from flexamem.write.embed import Embedder, MiniLMEmbedder
+from flexamem.write.onnx_embed import NAMES  # onnx and onnxruntime are imported there only when used
 
 _lock = threading.Lock()
 _SHARED: dict[str, Embedder] = {}
 _PRECISION = {"auto": "fp32", "onnx": "fp32", "onnx-int8": "int8", "onnx-int8-v1": "int8-v1"}
 CHOICES = (*_PRECISION, "numpy")
-# the names the default embedders record (onnx_embed.NAMES; kept here, where onnxruntime may be missing)
-FP32, INT8, INT8_V1 = "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8-v2", "all-MiniLM-L6-v2-int8"
+FP32, INT8, INT8_V1 = NAMES["fp32"], NAMES["int8"], NAMES["int8-v1"]  # the names the default embedders record
 
 
 def _shared(choice: str) -> Embedder:
