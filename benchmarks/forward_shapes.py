@@ -16,8 +16,7 @@ import time
 
 import numpy as np
 
-from flexamem.write.onnx_embed import minilm_graph, session
-from flexamem.write.quantize import quantize
+from flexamem.write.onnx_embed import minilm_graph, precision_model, session
 
 SHAPES = [(1, 8), (1, 16), (1, 32), (1, 64), (1, 128), (1, 256), (8, 16), (8, 32), (8, 64), (8, 128)]
 
@@ -28,10 +27,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     models = {
-        "fp32 op for op (library)": minilm_graph().SerializeToString(),
+        "fp32 op for op (library)": precision_model("fp32"),
         "fp32 fused": minilm_graph(fused=True).SerializeToString(),
-        "int8 op for op (int8-v1)": quantize(minilm_graph()),
-        "int8 fused (library)": quantize(minilm_graph(fused=True)),
+        "int8 op for op (int8-v1)": precision_model("int8-v1"),
+        "int8 fused (library)": precision_model("int8"),
     }
     sessions = {name: session(blob, args.threads) for name, blob in models.items()}
     rng = np.random.default_rng(0)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from flexamem.write.embed import MAX_SEQ_LEN, batched_embed, model_dir
-from flexamem.write.onnx_embed import minilm_graph, session
+from flexamem.write.onnx_embed import minilm_graph, precision_model, session
 from flexamem.write.quantize import quantize, weight_matmuls
 
 
@@ -68,9 +68,9 @@ def _fused(make: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
 
 RECIPES: dict[str, Callable[[Any], bytes]] = {
     "fp32": lambda m: bytes(m.SerializeToString()),  # the library's fp32: op for op
-    "int8": _fused(quantize),  # the library's int8: fused graph, per-channel weights (Attention -> QAttention)
+    "int8": lambda _: precision_model("int8"),  # the library's: fused graph, per-channel weights (QAttention)
     "fp32-fused": _fused(lambda m: bytes(m.SerializeToString())),
-    "int8-v1": quantize,  # the library's int8 until 2026-12-02: op for op, weight MatMuls only
+    "int8-v1": lambda _: precision_model("int8-v1"),  # the library's int8 until 2026-12-02: weight MatMuls only
     "int8-all-matmuls": _dynamic(per_channel=True),  # attention MatMuls quantised too
     "int8-per-tensor": lambda m: _dynamic(nodes_to_quantize=weight_matmuls(m))(m),
     "int8-reduce-range": lambda m: _dynamic(per_channel=True, reduce_range=True, nodes_to_quantize=weight_matmuls(m))(

@@ -194,6 +194,18 @@ def minilm_graph(root: Path | None = None, fused: bool = False) -> Any:
     )
 
 
+def precision_model(precision: str, root: Path | None = None) -> bytes:
+    """The serialised model the embedder runs at ``precision``: fp32 op for op; ``int8`` the fused
+    graph with int8 weights; ``int8-v1`` the op-for-op graph with int8 weights (both made once, then
+    cached: :func:`flexamem.write.quantize.int8_model`)."""
+    model = minilm_graph(root, fused=precision == "int8")
+    if precision == "fp32":
+        return bytes(model.SerializeToString())
+    from flexamem.write.quantize import int8_model
+
+    return int8_model(model)
+
+
 def session(model: bytes, threads: int | None = None, spinning: bool = False) -> Any:
     """An onnxruntime CPU session of a serialised model, threaded as the embedders are."""
     import onnxruntime as ort  # type: ignore[import-untyped]
@@ -238,14 +250,7 @@ class OnnxMiniLMEmbedder:
         self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_SEQ_LEN)
-        model = minilm_graph(root, fused=precision == "int8")
-        if precision == "fp32":
-            blob = model.SerializeToString()
-        else:
-            from flexamem.write.quantize import int8_model
-
-            blob = int8_model(model)
-        self.session = session(blob, threads, spinning)
+        self.session = session(precision_model(precision, root), threads, spinning)
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
