@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from flexamem.write.embed import int8_instructions
 from flexamem.write.onnx_embed import minilm_graph, precision_model, session
 
 SHAPES = [(1, 8), (1, 16), (1, 32), (1, 64), (1, 128), (1, 256), (8, 16), (8, 32), (8, 64), (8, 128)]
@@ -54,7 +55,8 @@ def main() -> None:
         for name in sessions:
             ms[name][(batch, length)] = sorted(times[name])[1]
     base = "fp32 op for op (library)"
-    print(f"{args.threads} threads; ms per forward (second best of {args.rounds}), x the library's fp32\n")
+    print(f"{args.threads} threads, CPU int8 instructions: {int8_instructions()}")
+    print(f"ms per forward (second best of {args.rounds}), x the library's fp32\n")
     print("| batch x wordpieces | " + " | ".join(ms) + " |")
     print("|---|" + "---:|" * len(ms))
     for shape in SHAPES:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from flexamem.write.embed import MAX_SEQ_LEN, batched_embed, model_dir
+from flexamem.write.embed import MAX_SEQ_LEN, batched_embed, int8_instructions, model_dir
 from flexamem.write.onnx_embed import minilm_graph, precision_model, session
 from flexamem.write.quantize import quantize, weight_matmuls
 
@@ -153,7 +153,7 @@ def main() -> int:
     lock = threading.Lock()
     results: dict[str, dict[str, float]] = {}
     vectors: dict[str, np.ndarray] = {}
-    print(f"{len(texts)} LoCoMo turns; best of {args.repeats}")
+    print(f"{len(texts)} LoCoMo turns; best of {args.repeats}; CPU int8 instructions: {int8_instructions()}")
     for name in args.recipes.split(","):
         blob = RECIPES[name](_named(minilm_graph()))
         row: dict[str, float] = {}

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import flexamem as fm
+from flexamem.write.embed import int8_instructions
 from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
 from flexamem_bench.datasets import locomo_histories
 from flexamem_bench.trajectories import Trajectory, load_trajectories
@@ -128,7 +129,8 @@ def main() -> None:
             for k, v in row.items():
                 keep = max if k.startswith("ingest") else min
                 best[name][k] = keep(best[name].get(k, v), v)
-    print(f"\n{h.history_id} ({len(sessions)} sessions, {len(questions)} renders at 4k); "
+    print(f"\nCPU int8 instructions: {int8_instructions()}")
+    print(f"{h.history_id} ({len(sessions)} sessions, {len(questions)} renders at 4k); "
           f"{len(trajectories)} coding runs at {args.budget} ({len(calls)} calls with memory on, "
           f"{embedding} of them embedding their query)")  # fmt: skip
     print("| measure | fp32 | int8 | speed-up |\n|---|---:|---:|---:|")

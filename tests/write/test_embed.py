@@ -91,6 +91,21 @@ def test_thread_count_comes_from_the_environment_or_the_runtime_default(monkeypa
             embed_threads(1)
 
 
+def test_int8_instructions_name_the_best_the_cpu_has() -> None:
+    from flexamem.write.embed import INT8_INSTRUCTIONS, int8_instructions
+
+    def cpuinfo(*flags: str) -> str:  # two cores, as /proc/cpuinfo lists them
+        one = "processor\t: {}\nmodel name\t: X\nflags\t\t: fpu sse2 " + " ".join(flags) + "\n\n"
+        return "".join(one.format(i) for i in range(2))
+
+    assert int8_instructions(cpuinfo("avx2", "fma")) == "avx2"
+    assert int8_instructions(cpuinfo("avx2", "avx512f", "avx512bw", "avx512_vnni")) == "avx512_vnni"
+    assert int8_instructions(cpuinfo("avx2", "avx_vnni")) == "avx_vnni"
+    assert int8_instructions(cpuinfo("sse4_2")) == "none"
+    assert int8_instructions("") == "unknown"  # no flags line: not a Linux cpuinfo
+    assert int8_instructions() in {*INT8_INSTRUCTIONS, "none", "unknown"}  # this machine's
+
+
 class Counting:
     """The real default embedder, counting the texts it is asked to embed."""
 

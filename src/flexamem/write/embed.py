@@ -147,6 +147,26 @@ def batched_embed(
     return out
 
 
+INT8_INSTRUCTIONS = ("amx_int8", "avx512_vnni", "avx_vnni", "avx512bw", "avx2")  # best first
+
+
+def int8_instructions(cpuinfo: str | None = None) -> str:
+    """The best of the CPU's instructions for int8 matrix products that onnxruntime's kernels use
+    (``INT8_INSTRUCTIONS``; VNNI multiplies and adds 8-bit values in one step, AVX2 alone takes three),
+    read from ``cpuinfo`` (default: ``/proc/cpuinfo``); ``"unknown"`` where that cannot be read. The
+    int8 embedder's speed-up over fp32 depends on it (docs/PERFORMANCE.md), so benchmarks print it."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return next((name for name in INT8_INSTRUCTIONS if name in flags), "unknown" if not flags else "none")
+
+
 def usable_cores() -> int:
     """The cores this process may run on."""
     try:
