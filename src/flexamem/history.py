@@ -43,6 +43,7 @@ class History:
         self._code_index = BM25Index()  # same docs, over names of code (built when first asked for)
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
         self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._turn_starts = np.zeros(0, dtype=np.int64)  # doc ids that begin a turn, as doc_arrays last saw them
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
         self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
         self._doc_tokens = np.zeros(0)  # per doc: its piece's tokens
@@ -160,7 +161,15 @@ class History:
                 np.asarray(self.turn_start, dtype=bool),
                 np.asarray(self.identifiers, dtype=np.float64),
             )
+            self._turn_starts = np.flatnonzero(cached[1])
         return cached
+
+    def turn_starts(self, limit: int) -> np.ndarray:
+        """The doc ids below ``limit`` that begin a turn (or block): ``flatnonzero(turn_start[:limit])``,
+        found once per change of the docs (a readers' render ranks and cuts by turns twice)."""
+        self.doc_arrays()
+        starts = self._turn_starts
+        return starts[: int(np.searchsorted(starts, limit))]
 
     def doc_tokens(self) -> np.ndarray:
         """Per doc, its piece's tokens (cached, extended with the docs)."""

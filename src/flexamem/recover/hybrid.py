@@ -138,7 +138,7 @@ def turn_scores(
     length`` (divided, when it is negative): a long turn must be that much more relevant to take its
     room (``auto_turn_room`` of the room, ``auto_turn_length``).
     """
-    starts = np.flatnonzero(history.doc_arrays()[1][: len(bm)])
+    starts = history.turn_starts(len(bm))
     if len(starts) == 0:
         return np.zeros(0)
     best_bm = np.maximum.reduceat(bm, starts)
@@ -173,9 +173,8 @@ def hybrid_ranking(
     limit = len(scores)
     if limit == 0:
         return []
-    doc_seq, turn_start, _ = history.doc_arrays()
-    starts_mask = turn_start[:limit] if whole_turns else np.ones(limit, dtype=bool)
-    starts = np.flatnonzero(starts_mask)
+    doc_seq = history.doc_arrays()[0]
+    starts = history.turn_starts(limit) if whole_turns else np.arange(limit)
     ends = np.append(starts[1:], limit)
     group_score = np.maximum.reduceat(scores, starts) if group_scores is None else group_scores
     if neighbour > 0 and len(starts) > 1:
