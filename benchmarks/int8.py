@@ -77,6 +77,8 @@ RECIPES: dict[str, Callable[[Any], bytes]] = {
         m
     ),
     "int8-preprocessed": _preprocessed,
+    # the library's int8 with 7-bit weights: no product can saturate AVX2's 8-bit multiply-add
+    "int8-fused-reduce-range": _fused(lambda m: quantize(m, reduce_range=True)),
     # the FFN's down projection (its input has the widest range) kept fp32
     "int8-ffn-down-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "_out_mm"))(m),
     # the first layer kept fp32

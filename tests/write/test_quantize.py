@@ -83,3 +83,25 @@ def test_precision_and_embedder_choice_are_checked(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int4")
     with pytest.raises(ModelUnavailableError, match="onnx-int8"):
         default_embed.default_embedder()
+
+
+def test_reduce_range_keeps_every_int8_weight_within_seven_bits() -> None:
+    """The 7-bit recipe (measured by benchmarks/int8.py): symmetric weights within [-64, 64], so two
+    products of a uint8 activation and a weight (at most 2 * 255 * 64 = 32,640) fit AVX2's int16 sum;
+    the library's recipe uses the int8 range beyond that."""
+    import onnx
+    from onnx import numpy_helper
+
+    from flexamem.write.onnx_embed import minilm_graph
+    from flexamem.write.quantize import quantize
+
+    def int8_weights(blob: bytes) -> list[np.ndarray]:
+        model = onnx.load_from_string(blob)
+        return [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+
+    seven, eight = int8_weights(quantize(minilm_graph(fused=True), reduce_range=True)), int8_weights(
+        quantize(minilm_graph(fused=True))
+    )
+    assert len(seven) == len(eight) > 0
+    assert all(w.min() >= -64 and w.max() <= 64 for w in seven)
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in eight) > 64

@@ -42,8 +42,10 @@ def weight_nodes(model: Any) -> list[str]:
     return weight_matmuls(model) + [n.name for n in model.graph.node if n.op_type == "Attention"]
 
 
-def quantize(model: Any) -> bytes:
-    """The serialised int8 model made from an fp32 ``onnx.ModelProto`` (see the module's recipe)."""
+def quantize(model: Any, *, reduce_range: bool = False) -> bytes:
+    """The serialised int8 model made from an fp32 ``onnx.ModelProto`` (see the module's recipe).
+    ``reduce_range``: 7-bit weights, whose products cannot saturate AVX2's 8-bit multiply-add (a
+    recipe measured by ``benchmarks/int8.py``, not the library's)."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
@@ -59,6 +61,7 @@ def quantize(model: Any) -> bytes:
             nodes_to_quantize=weight_nodes(model),
             per_channel=True,
             weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
             # the fused nodes' outputs carry no inferred type: they are float
             extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
