@@ -2,12 +2,15 @@
 
 Every recipe is made from the shipped weights' fp32 graph (op for op in standard ONNX, or with
 onnxruntime's fused kernels: ``fp32-fused`` and ``int8``, the library's int8) and run on the same
-texts: the turns of a LoCoMo conversation (``--turns``, default 300), embedded in the embedders'
-batches of 8. Printed per recipe: sentences/s at 1 and 2 threads (best of ``--repeats``, the ratio to
-``--base``, default the library's fp32, measured beside it), cosine of each vector to its fp32 twin
-(median, min), and top-10 agreement: for 100 turns used as queries, the share of their 10 nearest
-turns (fp32) that the recipe's vectors also put in their 10 nearest. The static recipes calibrate on
-200 windows of 32 tokens from the second conversation's turns (not the measured ones).
+texts: the turns of a LoCoMo conversation (``--turns``, default 300), embedded in batches of
+``--batch`` similar-length texts (default 8, fp32's; the library's int8 takes 1). Printed per recipe:
+sentences/s at 1 and 2 threads (best of ``--repeats``, the ratio to ``--base``, default the library's
+fp32, measured beside it), cosine of each vector to its fp32 twin (median, min), top-10 agreement: for
+100 turns used as queries, the share of their 10 nearest turns (fp32) that the recipe's vectors also
+put in their 10 nearest; and the cosine of each text's vector in its batch to its vector alone (1 when
+a vector depends on its text only: a dynamic int8 recipe quantises each forward with one scale).
+The static recipes calibrate on 200 windows of 32 tokens from the second conversation's turns (not
+the measured ones).
 
     python benchmarks/int8.py --data ../shared/data/locomo/locomo-dev.json [--recipes fp32,int8,...]
 """
@@ -138,6 +141,7 @@ def main() -> int:
     parser.add_argument("--data", default="../shared/data/locomo/locomo-dev.json")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8, help="texts per forward")
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--base", default="fp32", help="the recipe the speed ratios are taken against")
     args = parser.parse_args()
@@ -155,6 +159,7 @@ def main() -> int:
     lock = threading.Lock()
     results: dict[str, dict[str, float]] = {}
     vectors: dict[str, np.ndarray] = {}
+    in_batch: dict[str, np.ndarray] = {}  # per recipe: each text's vector in its batch . alone
     print(f"{len(texts)} LoCoMo turns; best of {args.repeats}; CPU int8 instructions: {int8_instructions()}")
     for name in args.recipes.split(","):
         blob = RECIPES[name](_named(minilm_graph()))
@@ -169,18 +174,20 @@ def main() -> int:
             best = float("inf")
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                v = batched_embed(tokenizer, texts, 384, 8, lock, forward)
+                v = batched_embed(tokenizer, texts, 384, args.batch, lock, forward)
                 best = min(best, time.perf_counter() - start)
             row[f"{threads}t"] = len(texts) / best
             vectors[name] = v
+        alone = batched_embed(tokenizer, texts, 384, 1, lock, forward)
+        in_batch[name] = (vectors[name] * alone).sum(axis=1)
         results[name] = row
         print(f"  {name}: {row['1t']:.1f} / {row['2t']:.1f} sentences/s (1 / 2 threads)", flush=True)
     base = vectors.get("fp32")
     print(
         f"\n| recipe | 1 thread (x {args.base}) | 2 threads (x {args.base}) "
-        "| cosine to fp32 median / min | top-10 agreement |"
+        "| cosine to fp32 median / min | top-10 agreement | in its batch . alone, median / min |"
     )
-    print("|---|---:|---:|---|---:|")
+    print("|---|---:|---:|---|---:|---|")
     for name, row in results.items():
         ratio = (
             (f"{row['1t'] / results[args.base]['1t']:.2f}x", f"{row['2t'] / results[args.base]['2t']:.2f}x")
@@ -198,7 +205,8 @@ def main() -> int:
                 b = np.argsort(-(vectors[name] @ vectors[name][q]))[1:11]
                 shared.append(len(set(a) & set(b)) / 10)
             agree = f"{100 * statistics.mean(shared):.1f} %"
-        print(f"| {name} | {row['1t']:.1f} ({ratio[0]}) | {row['2t']:.1f} ({ratio[1]}) | {cos} | {agree} |")
+        own = f"{statistics.median(in_batch[name].tolist()):.4f} / {in_batch[name].min():.4f}"
+        print(f"| {name} | {row['1t']:.1f} ({ratio[0]}) | {row['2t']:.1f} ({ratio[1]}) | {cos} | {agree} | {own} |")
     return 0
 
 

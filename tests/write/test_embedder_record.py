@@ -115,13 +115,11 @@ def test_a_history_written_with_the_earlier_int8_recipe_goes_on_with_it(
         assert mem.embedder.name == "all-MiniLM-L6-v2-int8"
         mem.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
         stored = mem.history.embeddings
-    twins = {}
-    for e in (v1, int8):
-        with fm.Memory(":memory:", embedder=e) as twin:
-            twin.add_session(SESSION)
-            twin.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
-            twins[e.name] = twin.history.embeddings
-    assert np.allclose(stored, twins[v1.name], atol=1e-5)
-    assert not np.allclose(stored, twins[int8.name], atol=1e-4)  # the two recipes' vectors differ
+    with fm.Memory(":memory:", embedder=v1) as twin:  # the same texts written with v1 from the start
+        twin.add_session(SESSION)
+        twin.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
+        assert np.allclose(stored, twin.history.embeddings, atol=1e-5)
+    # (each text embedded alone, the two recipes' vectors are equal for most texts, not all: the recorded
+    # names keep them apart, and a history refuses the other one)
     with fm.Memory(db, history="v1", embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="another"):
         mem.render("the hotel?", 2048)

@@ -46,6 +46,31 @@ def test_int8_vectors_are_close_to_fp32_and_keep_the_neighbours(int8: OnnxMiniLM
     assert int8.embed([]).shape == (0, 384)
 
 
+def test_an_int8_vector_depends_on_its_text_only(int8: OnnxMiniLMEmbedder) -> None:
+    """One activation scale per forward: int8 embeds each text alone, so a text gets the same vector
+    whichever texts share its call (in one forward of several, it would not)."""
+    together = int8.embed(TEXTS)
+    alone = np.vstack([int8.embed([t]) for t in TEXTS])
+    with_others = int8.embed([TEXTS[2], "a much longer text about kilns " * 6, TEXTS[0]])
+    assert int8.batch_size == 1
+    assert np.abs(together - alone).max() < 1e-6
+    assert np.abs(with_others[[2, 0]] - alone[[0, 2]]).max() < 1e-6
+    batched = int8.session.run(["embedding"], _padded(int8, TEXTS[:2]))[0]  # what a batch of two would give
+    assert np.abs(batched - alone[:2]).max() > 1e-3
+    with pytest.raises(ValueError, match="batch_size must be 1 for int8"):
+        OnnxMiniLMEmbedder(threads=1, precision="int8", batch_size=8)
+
+
+def _padded(embedder: OnnxMiniLMEmbedder, texts: list[str]) -> dict[str, np.ndarray]:
+    ids = [embedder.tokenizer.encode(t).ids for t in texts]
+    width = max(len(i) for i in ids)
+    feed = np.zeros((len(ids), width), dtype=np.int64)
+    mask = np.zeros((len(ids), width), dtype=np.float32)
+    for row, seq in enumerate(ids):
+        feed[row, : len(seq)], mask[row, : len(seq)] = seq, 1.0
+    return {"input_ids": feed, "attention_mask": mask}
+
+
 def test_the_made_model_is_cached_with_its_checksum_and_a_damaged_copy_is_made_again(
     int8: OnnxMiniLMEmbedder, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

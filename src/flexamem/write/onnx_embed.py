@@ -227,6 +227,12 @@ class OnnxMiniLMEmbedder:
     from the shipped weights at first use, then cached); its vectors are close to fp32's, not equal,
     so it carries its own ``name`` and a history keeps the embedder it was written with
     (``"int8-v1"``: the earlier int8 recipe, for histories written with it).
+
+    ``batch_size`` (texts per forward) is 8 for fp32; for int8 it is 1, and no other is accepted: the
+    int8 model quantises its activations with one scale per forward, so a text embedded beside others
+    would get another vector than alone (median cosine 0.990 between the two on LoCoMo turns; fp32's
+    are the same to ~1e-8). Alone, a text's int8 vector depends on the text only (for ~4 % of ingest
+    speed here: docs/PERFORMANCE.md).
     """
 
     dim = 384
@@ -234,7 +240,7 @@ class OnnxMiniLMEmbedder:
     def __init__(
         self,
         path: Path | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         threads: int | None = None,
         spinning: bool = False,
         precision: str = "fp32",
@@ -243,10 +249,13 @@ class OnnxMiniLMEmbedder:
 
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+        alone = precision != "fp32"  # int8: one activation scale per forward, so one text per forward
+        if batch_size is not None and (batch_size < 1 or (alone and batch_size != 1)):
+            raise ValueError(f"batch_size must be {'1 for int8' if alone else 'at least 1'}, not {batch_size}")
         root = path or model_dir()
         self.name = NAMES[precision]
         self.precision = precision
-        self.batch_size = batch_size
+        self.batch_size = batch_size or (1 if alone else 8)
         self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_SEQ_LEN)
