@@ -1,6 +1,7 @@
 """The int8 MiniLM: made from the shipped weights, cached with a checksum, close to fp32, named apart."""
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from flexamem.errors import ModelUnavailableError
 from flexamem.write import default_embed
+from flexamem.write.embed import batched_embed
 from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
 
 TEXTS = [
@@ -55,20 +57,14 @@ def test_an_int8_vector_depends_on_its_text_only(int8: OnnxMiniLMEmbedder) -> No
     assert int8.batch_size == 1
     assert np.abs(together - alone).max() < 1e-6
     assert np.abs(with_others[[2, 0]] - alone[[0, 2]]).max() < 1e-6
-    batched = int8.session.run(["embedding"], _padded(int8, TEXTS[:2]))[0]  # what a batch of two would give
+    def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:  # the same model, two texts a forward
+        out: np.ndarray = int8.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+        return out
+
+    batched = batched_embed(int8.tokenizer, TEXTS[:2], int8.dim, 2, threading.Lock(), forward)
     assert np.abs(batched - alone[:2]).max() > 1e-3
     with pytest.raises(ValueError, match="batch_size must be 1 for int8"):
         OnnxMiniLMEmbedder(threads=1, precision="int8", batch_size=8)
-
-
-def _padded(embedder: OnnxMiniLMEmbedder, texts: list[str]) -> dict[str, np.ndarray]:
-    ids = [embedder.tokenizer.encode(t).ids for t in texts]
-    width = max(len(i) for i in ids)
-    feed = np.zeros((len(ids), width), dtype=np.int64)
-    mask = np.zeros((len(ids), width), dtype=np.float32)
-    for row, seq in enumerate(ids):
-        feed[row, : len(seq)], mask[row, : len(seq)] = seq, 1.0
-    return {"input_ids": feed, "attention_mask": mask}
 
 
 def test_the_made_model_is_cached_with_its_checksum_and_a_damaged_copy_is_made_again(
@@ -117,16 +113,15 @@ def test_reduce_range_keeps_every_int8_weight_within_seven_bits() -> None:
     import onnx
     from onnx import numpy_helper
 
-    from flexamem.write.onnx_embed import minilm_graph
+    from flexamem.write.onnx_embed import minilm_graph, precision_model
     from flexamem.write.quantize import quantize
 
     def int8_weights(blob: bytes) -> list[np.ndarray]:
         model = onnx.load_from_string(blob)
         return [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
 
-    seven, eight = int8_weights(quantize(minilm_graph(fused=True), reduce_range=True)), int8_weights(
-        quantize(minilm_graph(fused=True))
-    )
+    seven = int8_weights(quantize(minilm_graph(fused=True), reduce_range=True))
+    eight = int8_weights(precision_model("int8"))  # the library's
     assert len(seven) == len(eight) > 0
     assert all(w.min() >= -64 and w.max() <= 64 for w in seven)
     assert max(int(np.abs(w.astype(np.int16)).max()) for w in eight) > 64
