@@ -231,8 +231,8 @@ class OnnxMiniLMEmbedder:
     ``batch_size`` (texts per forward) is 8 for fp32; for int8 it is 1, and no other is accepted: the
     int8 model quantises its activations with one scale per forward, so a text embedded beside others
     would get another vector than alone (median cosine 0.990 between the two on LoCoMo turns; fp32's
-    are the same to ~1e-8). Alone, a text's int8 vector depends on the text only (for ~4 % of ingest
-    speed here: docs/PERFORMANCE.md).
+    are the same to ~1e-8). Alone, a text's int8 vector depends on the text only; the forwards are
+    slower than in batches (what ingest loses by it: docs/PERFORMANCE.md).
     """
 
     dim = 384
