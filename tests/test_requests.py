@@ -59,6 +59,25 @@ def test_racing_writers_with_one_request_id_store_it_once(tmp_path: Path) -> Non
     assert [n.raw for n in fm.Memory(db).notes()] == ["Ana: start", "Bo: once"]
 
 
+def test_a_request_stored_between_catch_up_and_its_lookup_is_answered(tmp_path: Path) -> None:
+    """The race CI once hit: another writer commits the same request after this view caught up."""
+    db = str(tmp_path / "m.db")
+    mem = fm.Memory(db)
+    mem.add_session([{"speaker": "Ana", "text": "start"}])
+    store = mem.core.store
+    lookup = store.written_by
+    raced: list[list[str]] = []
+
+    def written_by(history: str, request_id: str) -> list[str] | None:
+        if not raced:  # the other writer lands just after our catch-up, before our lookup
+            raced.append(fm.Memory(db).add_session([{"speaker": "Bo", "text": "once"}], request_id=request_id))
+        return lookup(history, request_id)
+
+    store.written_by = written_by  # type: ignore[method-assign]
+    assert mem.add_session([{"speaker": "Bo", "text": "once"}], request_id="same") == raced[0] == ["s2"]
+    assert [n.raw for n in mem.notes()] == ["Ana: start", "Bo: once"]
+
+
 @pytest.mark.parametrize("bad", ["", "   ", "x" * 201, 7])
 def test_a_bad_request_id_is_refused_before_anything_is_stored(bad: object) -> None:
     mem = fm.Memory()

@@ -342,14 +342,21 @@ class HistoryCore:
         raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
 
     def _written(self, request_id: str | None) -> list[Note] | None:
-        """The notes a write under ``request_id`` stored (under the lock, just caught up), or None."""
+        """The notes a write under ``request_id`` stored (under the lock, just caught up), or None.
+
+        Another writer may commit between our catch-up and this read: its notes and its request id
+        commit together, so once the id is seen a second catch-up loads the notes."""
         if request_id is None:
             return None
-        units = self.store.written_by(self.history_id, request_id)
-        if units is None:
-            return None
-        history = self.history
-        return [history.notes[history.unit_ids[u]] for u in units]
+        for _ in range(WRITE_ATTEMPTS):
+            units = self.store.written_by(self.history_id, request_id)
+            if units is None:
+                return None
+            history = self.history
+            if all(u in history.unit_ids for u in units):
+                return [history.notes[history.unit_ids[u]] for u in units]
+            self.sync()
+        raise ConcurrentWriteError(f"the notes of request {request_id!r} in {self.history_id!r} could not be read")
 
     def known_piece(self, text: str) -> np.ndarray | None:
         """The vector of a piece of this history with exactly ``text``, if one was embedded."""
