@@ -31,7 +31,8 @@ def main() -> None:
         "fp32 op for op (library)": precision_model("fp32"),
         "fp32 fused": minilm_graph(fused=True).SerializeToString(),
         "int8 op for op (int8-v1)": precision_model("int8-v1"),
-        "int8 fused (library)": precision_model("int8"),
+        "int8 fused, 8-bit weights (int8-v2)": precision_model("int8-v2"),
+        "int8 fused, 7-bit weights (library)": precision_model("int8"),
     }
     sessions = {name: session(blob, args.threads) for name, blob in models.items()}
     rng = np.random.default_rng(0)

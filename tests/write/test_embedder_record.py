@@ -40,7 +40,7 @@ def test_a_history_records_its_embedder_and_keeps_it_when_the_default_changes(
     assert recorded(db, "old") == fp32_name == "all-MiniLM-L6-v2"
     with fm.Memory(db, history="new", embedder=int8) as mem:
         mem.add_session(SESSION)
-    assert recorded(db, "new") == "all-MiniLM-L6-v2-int8-v2"
+    assert recorded(db, "new") == "all-MiniLM-L6-v2-int8-v3"
 
     monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int8")  # the default is now int8 ...
     with fm.Memory(db, history="old") as mem:  # ... but the fp32 history goes on with fp32
@@ -55,8 +55,8 @@ def test_a_history_records_its_embedder_and_keeps_it_when_the_default_changes(
         assert "HX-4471" in mem.render("What is the Lisbon hotel reference?", 2048).text
     with fm.Memory(db, history="fresh") as mem:  # a new history takes the new default
         mem.add_session(SESSION)
-        assert mem.embedder.name == "all-MiniLM-L6-v2-int8-v2"
-    assert recorded(db, "fresh") == "all-MiniLM-L6-v2-int8-v2"
+        assert mem.embedder.name == "all-MiniLM-L6-v2-int8-v3"
+    assert recorded(db, "fresh") == "all-MiniLM-L6-v2-int8-v3"
 
 
 def test_another_embedder_than_the_recorded_one_is_refused_and_nothing_is_written(
@@ -80,10 +80,10 @@ def test_agent_sessions_record_the_embedder_too(tmp_path: Path, int8: OnnxMiniLM
         session = mem.agent("find the hotel reference", budget=4096, session_id="s1")
         session.step("read_file('bookings.txt')", "Lisbon hotel HX-4471")
         sid = session.core.history_id
-    assert recorded(db, sid) == "all-MiniLM-L6-v2-int8-v2"
+    assert recorded(db, sid) == "all-MiniLM-L6-v2-int8-v3"
     with fm.Memory(db) as mem:  # the default: the session goes on with its own embedder
         mem.agent(session_id="s1").step("noop()", "ok")
-        assert mem.agent(session_id="s1").core.embedder.name == "all-MiniLM-L6-v2-int8-v2"
+        assert mem.agent(session_id="s1").core.embedder.name == "all-MiniLM-L6-v2-int8-v3"
     fp32 = default_embedder("all-MiniLM-L6-v2")
     with fm.Memory(db, embedder=fp32) as mem, pytest.raises(fm.InvalidInputError, match="another model"):
         mem.agent(session_id="s1").step("noop()", "ok")  # another one given: refused
@@ -102,24 +102,27 @@ def test_a_history_written_before_names_were_recorded_counts_as_fp32(tmp_path: P
         assert "HX-4471" in mem.render("the Lisbon hotel reference?", 2048).text
 
 
-def test_a_history_written_with_the_earlier_int8_recipe_goes_on_with_it(
-    tmp_path: Path, int8: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("precision", "name"), [("int8-v1", "all-MiniLM-L6-v2-int8"), ("int8-v2", "all-MiniLM-L6-v2-int8-v2")]
+)
+def test_a_history_written_with_an_earlier_int8_recipe_goes_on_with_it(
+    tmp_path: Path, int8: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch, precision: str, name: str
 ) -> None:
     db = tmp_path / "m.db"
-    v1 = OnnxMiniLMEmbedder(threads=1, precision="int8-v1")
-    assert v1.name == "all-MiniLM-L6-v2-int8"  # the name int8 histories recorded until the recipe changed
-    with fm.Memory(db, history="v1", embedder=v1) as mem:
+    earlier = OnnxMiniLMEmbedder(threads=1, precision=precision)
+    assert earlier.name == name  # the name int8 histories recorded while the recipe was this one
+    with fm.Memory(db, history="old", embedder=earlier) as mem:
         mem.add_session(SESSION)
     monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int8")  # the current int8 recipe is the default ...
-    with fm.Memory(db, history="v1") as mem:  # ... the v1 history is still embedded with v1
-        assert mem.embedder.name == "all-MiniLM-L6-v2-int8"
+    with fm.Memory(db, history="old") as mem:  # ... the old history is still embedded with its recipe
+        assert mem.embedder.name == name
         mem.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
         stored = mem.history.embeddings
-    with fm.Memory(":memory:", embedder=v1) as twin:  # the same texts written with v1 from the start
+    with fm.Memory(":memory:", embedder=earlier) as twin:  # the same texts written with it from the start
         twin.add_session(SESSION)
         twin.add_session([{"role": "user", "content": "Also a kiln class in Porto."}])
         assert np.allclose(stored, twin.history.embeddings, atol=1e-5)
-    # (each text embedded alone, the two recipes' vectors are equal for most texts, not all: the recorded
-    # names keep them apart, and a history refuses the other one)
-    with fm.Memory(db, history="v1", embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="another"):
+    # (the recipes' vectors are close, equal for some texts: the recorded names keep them apart, and a
+    # history refuses another one)
+    with fm.Memory(db, history="old", embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="another"):
         mem.render("the hotel?", 2048)

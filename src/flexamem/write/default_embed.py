@@ -12,9 +12,11 @@ from flexamem.write.onnx_embed import NAMES  # onnx and onnxruntime are imported
 
 _lock = threading.Lock()
 _SHARED: dict[str, Embedder] = {}
-_PRECISION = {"auto": "fp32", "onnx": "fp32", "onnx-int8": "int8", "onnx-int8-v1": "int8-v1"}
+_PRECISION = {"auto": "fp32", "onnx": "fp32", "onnx-int8": "int8", "onnx-int8-v2": "int8-v2", "onnx-int8-v1": "int8-v1"}
 CHOICES = (*_PRECISION, "numpy")
-FP32, INT8, INT8_V1 = NAMES["fp32"], NAMES["int8"], NAMES["int8-v1"]  # the names the default embedders record
+FP32 = NAMES["fp32"]  # fp32's recorded name (a history written before names were recorded counts as it)
+# a recorded int8 name -> the choice that makes its vectors (the current recipe or an earlier one)
+_INT8 = {NAMES[p]: c for c, p in _PRECISION.items() if p != "fp32"}
 
 
 def _shared(choice: str) -> Embedder:
@@ -47,7 +49,7 @@ def default_embedder(recorded: str | None = None) -> Embedder:
     """The process-wide MiniLM embedder (weights loaded once): onnxruntime when the ``onnx`` extra is
     installed (ingest 1.3-2.2x faster, the same vectors to ~1e-6), else the numpy forward pass.
     ``FLEXAMEM_EMBEDDER=numpy`` (or ``onnx``) forces one; ``onnx-int8`` runs the model with int8
-    weights (:mod:`flexamem.write.quantize`; ``onnx-int8-v1``: the earlier int8 recipe).
+    weights (:mod:`flexamem.write.quantize`; ``onnx-int8-v2``, ``onnx-int8-v1``: the earlier recipes).
 
     ``recorded``: the embedder a history was written with (its name): that one, whatever the default
     (vectors of two models are never compared); :class:`ModelUnavailableError` for a name this library
@@ -55,13 +57,13 @@ def default_embedder(recorded: str | None = None) -> Embedder:
     choice = os.environ.get("FLEXAMEM_EMBEDDER", "auto")
     if recorded is None:
         return _shared(choice)
-    if recorded not in (FP32, INT8, INT8_V1):
+    if recorded != FP32 and recorded not in _INT8:
         raise ModelUnavailableError(
             f"this history was written with the embedder {recorded!r}: pass it to Memory(embedder=...)"
         )
     if _shared(choice).name == recorded:
         return _shared(choice)
-    int8 = {INT8: "onnx-int8", INT8_V1: "onnx-int8-v1"}.get(recorded)
+    int8 = _INT8.get(recorded)
     if int8 is not None:
         return _shared(int8)
     return _shared("auto" if choice.startswith("onnx-int8") else choice)

@@ -169,9 +169,17 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
     return helper.make_model(graph, opset_imports=opsets)
 
 
-# precision -> the name its vectors are recorded under. "int8" is the current recipe; "int8-v1" (the
-# op-for-op graph's weight MatMuls, the int8 recipe until 2026-12-02) stays for histories written with it.
-NAMES = {"fp32": "all-MiniLM-L6-v2", "int8": "all-MiniLM-L6-v2-int8-v2", "int8-v1": "all-MiniLM-L6-v2-int8"}
+# precision -> the name its vectors are recorded under. "int8" is the current recipe: the fused graph
+# with 7-bit weights, whose integer products are exact on every x86 CPU (8-bit ones saturate AVX2's
+# 8-bit multiply-add, so they gave other vectors on a CPU without VNNI). The earlier recipes stay for
+# histories written with them: "int8-v2" (the fused graph, 8-bit weights; until 2026-12-02) and
+# "int8-v1" (the op-for-op graph's weight MatMuls, 8-bit; until 2026-12-02, earlier).
+NAMES = {
+    "fp32": "all-MiniLM-L6-v2",
+    "int8": "all-MiniLM-L6-v2-int8-v3",
+    "int8-v2": "all-MiniLM-L6-v2-int8-v2",
+    "int8-v1": "all-MiniLM-L6-v2-int8",
+}
 PRECISIONS = tuple(NAMES)
 
 
@@ -196,14 +204,16 @@ def minilm_graph(root: Path | None = None, fused: bool = False) -> Any:
 
 def precision_model(precision: str, root: Path | None = None) -> bytes:
     """The serialised model the embedder runs at ``precision``: fp32 op for op; ``int8`` the fused
-    graph with int8 weights; ``int8-v1`` the op-for-op graph with int8 weights (both made once, then
-    cached: :func:`flexamem.write.quantize.int8_model`)."""
-    model = minilm_graph(root, fused=precision == "int8")
+    graph with 7-bit int8 weights; ``int8-v2`` the fused graph with 8-bit ones; ``int8-v1`` the
+    op-for-op graph with 8-bit ones (each made once, then cached: :func:`flexamem.write.quantize.int8_model`)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    model = minilm_graph(root, fused=precision in ("int8", "int8-v2"))
     if precision == "fp32":
         return bytes(model.SerializeToString())
     from flexamem.write.quantize import int8_model
 
-    return int8_model(model)
+    return int8_model(model, seven_bits=precision == "int8")
 
 
 def session(model: bytes, threads: int | None = None, spinning: bool = False) -> Any:
@@ -226,7 +236,7 @@ class OnnxMiniLMEmbedder:
     ``precision="int8"`` runs the model with int8 weights (:mod:`flexamem.write.quantize`: made
     from the shipped weights at first use, then cached); its vectors are close to fp32's, not equal,
     so it carries its own ``name`` and a history keeps the embedder it was written with
-    (``"int8-v1"``: the earlier int8 recipe, for histories written with it).
+    (``"int8-v2"``, ``"int8-v1"``: the earlier int8 recipes, for histories written with them).
 
     ``batch_size`` (texts per forward) is 8 for fp32; for int8 it is 1, and no other is accepted: the
     int8 model quantises its activations with one scale per forward, so a text embedded beside others

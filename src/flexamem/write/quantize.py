@@ -3,11 +3,18 @@
 Nothing is downloaded: the fp32 graph is built from the shipped safetensors weights
 (:func:`flexamem.write.onnx_embed.build_graph`; for ``precision="int8"`` with onnxruntime's fused
 kernels, for ``"int8-v1"`` op for op), then onnxruntime's dynamic quantiser turns every
-weight matrix into per-channel int8 (activations are quantised per batch at run time): the linear
+weight matrix into per-channel int8 (activations are quantised per forward at run time): the linear
 layers' MatMul nodes, and each fused ``Attention`` node's query/key/value projection (it becomes a
 ``QAttention``). The recipe was chosen by measurement (``benchmarks/int8.py``, docs/PERFORMANCE.md):
 weights only; the attention products (query x key, probabilities x value) and every other node stay
 fp32.
+
+The library's int8 (``precision="int8"``) keeps its weights within 7 bits ([-64, 64]): onnxruntime
+multiplies a uint8 activation by an int8 weight and, on a CPU with AVX2 but without VNNI, sums two
+such products in 16 bits, which saturates with 8-bit weights (2 x 255 x 127 > 32,767) and cannot with
+7-bit ones (2 x 255 x 64 = 32,640). With 7-bit weights every CPU computes the same integer products,
+so a text gets the same vector on every machine; with 8-bit ones (``int8-v2``, ``int8-v1``) a CPU
+without VNNI gave other vectors (``benchmarks/int8.py`` prints both; docs/PERFORMANCE.md).
 
 The result is cached under ``FLEXAMEM_CACHE`` (default ``~/.cache/flexamem``) in a file named by the
 digest of what it is made from (the fp32 model, the recipe and onnxruntime's version), beside a
@@ -44,8 +51,7 @@ def weight_nodes(model: Any) -> list[str]:
 
 def quantize(model: Any, *, reduce_range: bool = False) -> bytes:
     """The serialised int8 model made from an fp32 ``onnx.ModelProto`` (see the module's recipe).
-    ``reduce_range``: 7-bit weights, whose products cannot saturate AVX2's 8-bit multiply-add (a
-    recipe measured by ``benchmarks/int8.py``, not the library's)."""
+    ``reduce_range``: 7-bit weights, whose products cannot saturate AVX2's 8-bit multiply-add."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
@@ -68,13 +74,15 @@ def quantize(model: Any, *, reduce_range: bool = False) -> bytes:
         return out.read_bytes()
 
 
-def int8_model(model: Any) -> bytes:
-    """The int8 model of ``model`` (fp32 ``onnx.ModelProto``): from the cache when a checked copy is
-    there, else made now and cached (atomically: a half-written file is never read)."""
+def int8_model(model: Any, *, seven_bits: bool = False) -> bytes:
+    """The int8 model of ``model`` (fp32 ``onnx.ModelProto``; ``seven_bits``: weights within [-64,
+    64], see :func:`quantize`): from the cache when a checked copy is there, else made now and cached
+    (atomically: a half-written file is never read)."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     source = model.SerializeToString()
-    key = hashlib.sha256(source + RECIPE.encode() + ort.__version__.encode()).hexdigest()[:24]
+    recipe = RECIPE + (", 7-bit" if seven_bits else "")  # 8-bit models keep the key they were cached under
+    key = hashlib.sha256(source + recipe.encode() + ort.__version__.encode()).hexdigest()[:24]
     folder = cache_dir()
     path = folder / f"minilm-int8-{key}.onnx"
     check = path.with_suffix(".sha256")
@@ -84,7 +92,7 @@ def int8_model(model: Any) -> bytes:
             return blob
     except OSError:
         pass  # not cached yet (or unreadable): make it
-    blob = quantize(model)
+    blob = quantize(model, reduce_range=seven_bits)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for target, data in ((path, blob), (check, hashlib.sha256(blob).hexdigest().encode())):
@@ -95,3 +103,41 @@ def int8_model(model: Any) -> bytes:
     except OSError:
         pass  # a read-only or full cache folder: use the model made in memory
     return blob
+
+
+def inexact_products(blob: bytes, rows: int = 8, seed: int = 0) -> int:
+    """How many int8 matrix products this CPU gets wrong with the weights of the int8 model ``blob``:
+    each int8 weight matrix is multiplied by ``rows`` random uint8 activations (the full range, as a
+    dynamically quantised forward gives them) with onnxruntime's ``MatMulInteger`` and compared with
+    exact integer arithmetic. 0 for 7-bit weights on any CPU; 8-bit ones saturate where int8 products
+    are summed in 16 bits (AVX2 or AVX-512 without VNNI). Printed by ``benchmarks/int8.py``."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weights = [
+        numpy_helper.to_array(t)
+        for t in onnx.load_from_string(blob).graph.initializer
+        if t.data_type == TensorProto.INT8 and len(t.dims) == 2
+    ]
+    wrong = 0
+    for w in weights:
+        k, n = w.shape
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["a", "w", "zero"], ["y"])],
+            "product",
+            [
+                helper.make_tensor_value_info("a", TensorProto.UINT8, [rows, k]),
+                helper.make_tensor_value_info("zero", TensorProto.UINT8, []),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.INT32, [rows, n])],
+            [numpy_helper.from_array(w, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        a = rng.integers(0, 256, size=(rows, k), dtype=np.uint8)
+        got = run.run(None, {"a": a, "zero": np.array(128, dtype=np.uint8)})[0]
+        wrong += int((got != (a.astype(np.int64) - 128) @ w.astype(np.int64)).sum())
+    return wrong
