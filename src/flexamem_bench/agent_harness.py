@@ -14,7 +14,7 @@ from flexamem.llm.client import ChatModel
 from flexamem.render.messages import messages_tokens
 from flexamem.tokens import counter
 from flexamem_bench.baselines.agent import AGENT_BASELINES
-from flexamem_bench.harness import Progress, load_rows, summarise
+from flexamem_bench.harness import Progress, claim_folder, load_rows, summarise
 from flexamem_bench.replay import AGENT_METHODS, Full, Method, StepContext, effective_budget, measure_step
 from flexamem_bench.trajectories import Trajectory
 
@@ -81,7 +81,7 @@ def run_trajectories(
         raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(known)}")
     if part not in ("context", "history"):
         raise InvalidInputError("budget part must be 'context' or 'history'")
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out)
     done = {(r["group"], r["method"], r["budget"]) for r in _finished(out)}
     _drop_unfinished(out, done)
     todo = [(t, m, b) for t in trajs for m in methods for b in budgets if (t.traj_id, m, b) not in done]

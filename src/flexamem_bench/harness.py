@@ -110,7 +110,7 @@ def run(
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
         raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(ALL_METHODS)}")
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out)
     rows_path, errors_path = out / "per_question.jsonl", out / "errors.jsonl"
     done = set()
     if rows_path.exists():
@@ -225,6 +225,25 @@ def close_context(ctx: MethodContext) -> None:
     if turn_file is not None and "turns" in ctx.extra and not turn_file.exists():
         np.save(turn_file, ctx.turns()[1])
     ctx.mem.close()
+
+
+def claim_folder(out: Path) -> None:
+    """Make ``out`` and record in its ``run.json`` the embedder this process's vectors come from
+    (``FLEXAMEM_EMBEDDER``); a folder whose rows another embedder computed is refused, since resuming
+    there would mix two models' rows in one table (a folder from before the record is claimed as is)."""
+    out.mkdir(parents=True, exist_ok=True)
+    name, path = default_embedder().name, out / "run.json"
+    try:
+        recorded = json.loads(path.read_text()).get("embedder") if path.exists() else None
+    except (ValueError, AttributeError):
+        raise InvalidInputError(f"{path} cannot be read: remove it or choose another --out") from None
+    if recorded is not None and recorded != name:
+        raise InvalidInputError(
+            f"{out} holds rows computed with the embedder {recorded!r}, this run embeds with {name!r} "
+            "(FLEXAMEM_EMBEDDER): choose another --out, or the same embedder to resume"
+        )
+    if recorded is None:
+        path.write_text(json.dumps({"embedder": name}) + "\n")
 
 
 def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Path | None) -> Path | None:

@@ -93,6 +93,23 @@ def test_runs_resume_without_redoing_items(tmp_path: Path) -> None:
         run([h], ["magic"], [512], tmp_path, progress=False)
 
 
+def test_a_results_folder_keeps_the_embedder_its_rows_were_computed_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = tiny_history()
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx")
+    run([h], ["dense-turns"], [512], tmp_path, progress=False)
+    assert json.loads((tmp_path / "run.json").read_text()) == {"embedder": "all-MiniLM-L6-v2"}
+    rows = (tmp_path / "per_question.jsonl").read_text()
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int8")  # resuming with int8 would mix the two
+    with pytest.raises(fm.InvalidInputError, match="all-MiniLM-L6-v2-int8-v3"):
+        run([h], ["dense-turns", "auto"], [512], tmp_path, progress=False)
+    assert (tmp_path / "per_question.jsonl").read_text() == rows  # nothing added
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "numpy")  # the same vectors under the same name: resumes
+    run([h], ["dense-turns", "auto"], [512], tmp_path, progress=False)
+    assert sorted({r["method"] for r in load_rows(tmp_path)}) == ["auto", "dense-turns"]
+
+
 def test_cli_eval_longmemeval_fixture_writes_every_output(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     code = main(
         [
