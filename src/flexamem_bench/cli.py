@@ -226,7 +226,9 @@ def add_bench_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="trajectories: 'context' = the budget holds policy + task + history; 'history' = the budget "
         "is for the history, the fixed prompt comes on top",
     )
-    p.add_argument("--out", required=True, help="results folder (a rerun resumes what is there)")
+    p.add_argument(
+        "--out", required=True, help="results folder (a rerun resumes it, with the embedder its run.json records)"
+    )
     p.add_argument(
         "--categories",
         default="1,2,3,4",

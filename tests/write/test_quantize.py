@@ -57,6 +57,7 @@ def test_an_int8_vector_depends_on_its_text_only(int8: OnnxMiniLMEmbedder) -> No
     assert int8.batch_size == 1
     assert np.abs(together - alone).max() < 1e-6
     assert np.abs(with_others[[2, 0]] - alone[[0, 2]]).max() < 1e-6
+
     def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:  # the same model, two texts a forward
         out: np.ndarray = int8.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
         return out
