@@ -8,11 +8,12 @@ import threading
 
 from flexamem.errors import ModelUnavailableError
 from flexamem.write.embed import Embedder, MiniLMEmbedder
-from flexamem.write.onnx_embed import NAMES  # onnx and onnxruntime are imported there only when used
+from flexamem.write.onnx_embed import NAMES, PRECISIONS  # onnx and onnxruntime are imported there only when used
 
 _lock = threading.Lock()
 _SHARED: dict[str, Embedder] = {}
-_PRECISION = {"auto": "fp32", "onnx": "fp32", "onnx-int8": "int8", "onnx-int8-v2": "int8-v2", "onnx-int8-v1": "int8-v1"}
+# FLEXAMEM_EMBEDDER -> precision: onnx-int8 (the current int8), onnx-int8-v2, onnx-int8-v1 (earlier ones)
+_PRECISION = {"auto": "fp32", "onnx": "fp32", **{f"onnx-{p}": p for p in PRECISIONS if p != "fp32"}}
 CHOICES = (*_PRECISION, "numpy")
 FP32 = NAMES["fp32"]  # fp32's recorded name (a history written before names were recorded counts as it)
 # a recorded int8 name -> the choice that makes its vectors (the current recipe or an earlier one)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,18 +170,34 @@ def build_graph(weights: dict[str, np.ndarray], heads: int, layers: int, eps: fl
     return helper.make_model(graph, opset_imports=opsets)
 
 
-# precision -> the name its vectors are recorded under. "int8" is the current recipe: the fused graph
-# with 7-bit weights, whose integer products are exact on every x86 CPU (8-bit ones saturate AVX2's
-# 8-bit multiply-add, so they gave other vectors on a CPU without VNNI). The earlier recipes stay for
-# histories written with them: "int8-v2" (the fused graph, 8-bit weights; until 2026-12-02) and
-# "int8-v1" (the op-for-op graph's weight MatMuls, 8-bit; until 2026-12-02, earlier).
-NAMES = {
-    "fp32": "all-MiniLM-L6-v2",
-    "int8": "all-MiniLM-L6-v2-int8-v3",
-    "int8-v2": "all-MiniLM-L6-v2-int8-v2",
-    "int8-v1": "all-MiniLM-L6-v2-int8",
+@dataclass(frozen=True)
+class Recipe:
+    """How the embedder at one precision is made, and the name its vectors are recorded under."""
+
+    name: str
+    fused: bool  # the graph with onnxruntime's fused kernels (else op for op)
+    weight_bits: int | None  # None: fp32; 8 or 7: int8 weights within that many bits
+
+
+# "int8" is the current int8: the fused graph with 7-bit weights, whose integer products are exact on
+# every x86 CPU (8-bit ones saturate AVX2's 8-bit multiply-add, so they gave other vectors on a CPU
+# without VNNI). The earlier recipes stay for histories written with them: "int8-v2" (until
+# 2026-12-02, later) and "int8-v1" (op for op, until 2026-12-02).
+RECIPES = {
+    "fp32": Recipe("all-MiniLM-L6-v2", fused=False, weight_bits=None),
+    "int8": Recipe("all-MiniLM-L6-v2-int8-v3", fused=True, weight_bits=7),
+    "int8-v2": Recipe("all-MiniLM-L6-v2-int8-v2", fused=True, weight_bits=8),
+    "int8-v1": Recipe("all-MiniLM-L6-v2-int8", fused=False, weight_bits=8),
 }
-PRECISIONS = tuple(NAMES)
+NAMES = {precision: r.name for precision, r in RECIPES.items()}  # precision -> recorded name
+PRECISIONS = tuple(RECIPES)
+
+
+def recipe(precision: str) -> Recipe:
+    """The recipe of ``precision`` (one of ``PRECISIONS``); ``ValueError`` for another."""
+    if precision not in RECIPES:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    return RECIPES[precision]
 
 
 def minilm_graph(root: Path | None = None, fused: bool = False) -> Any:
@@ -203,17 +220,15 @@ def minilm_graph(root: Path | None = None, fused: bool = False) -> Any:
 
 
 def precision_model(precision: str, root: Path | None = None) -> bytes:
-    """The serialised model the embedder runs at ``precision``: fp32 op for op; ``int8`` the fused
-    graph with 7-bit int8 weights; ``int8-v2`` the fused graph with 8-bit ones; ``int8-v1`` the
-    op-for-op graph with 8-bit ones (each made once, then cached: :func:`flexamem.write.quantize.int8_model`)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    model = minilm_graph(root, fused=precision in ("int8", "int8-v2"))
-    if precision == "fp32":
+    """The serialised model the embedder runs at ``precision`` (its :data:`RECIPES` entry; int8 ones
+    made once, then cached: :func:`flexamem.write.quantize.int8_model`)."""
+    r = recipe(precision)
+    model = minilm_graph(root, fused=r.fused)
+    if r.weight_bits is None:
         return bytes(model.SerializeToString())
     from flexamem.write.quantize import int8_model
 
-    return int8_model(model, seven_bits=precision == "int8")
+    return int8_model(model, reduce_range=r.weight_bits == 7)
 
 
 def session(model: bytes, threads: int | None = None, spinning: bool = False) -> Any:
@@ -257,9 +272,7 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         from tokenizers import Tokenizer
 
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-        alone = precision != "fp32"  # int8: one activation scale per forward, so one text per forward
+        alone = recipe(precision).weight_bits is not None  # int8: one activation scale per forward
         if batch_size is not None and (batch_size < 1 or (alone and batch_size != 1)):
             raise ValueError(f"batch_size must be {'1 for int8' if alone else 'at least 1'}, not {batch_size}")
         root = path or model_dir()

@@ -1,8 +1,8 @@
 """int8 MiniLM: the project's fp32 graph with int8 weights, made here and cached with a checksum.
 
 Nothing is downloaded: the fp32 graph is built from the shipped safetensors weights
-(:func:`flexamem.write.onnx_embed.build_graph`; for ``precision="int8"`` with onnxruntime's fused
-kernels, for ``"int8-v1"`` op for op), then onnxruntime's dynamic quantiser turns every
+(:func:`flexamem.write.onnx_embed.build_graph`, with onnxruntime's fused kernels or op for op as
+:data:`flexamem.write.onnx_embed.RECIPES` says), then onnxruntime's dynamic quantiser turns every
 weight matrix into per-channel int8 (activations are quantised per forward at run time): the linear
 layers' MatMul nodes, and each fused ``Attention`` node's query/key/value projection (it becomes a
 ``QAttention``). The recipe was chosen by measurement (``benchmarks/int8.py``, docs/PERFORMANCE.md):
@@ -12,9 +12,10 @@ fp32.
 The library's int8 (``precision="int8"``) keeps its weights within 7 bits ([-64, 64]): onnxruntime
 multiplies a uint8 activation by an int8 weight and, on a CPU with AVX2 but without VNNI, sums two
 such products in 16 bits, which saturates with 8-bit weights (2 x 255 x 127 > 32,767) and cannot with
-7-bit ones (2 x 255 x 64 = 32,640). With 7-bit weights every CPU computes the same integer products,
-so a text gets the same vector on every machine; with 8-bit ones (``int8-v2``, ``int8-v1``) a CPU
-without VNNI gave other vectors (``benchmarks/int8.py`` prints both; docs/PERFORMANCE.md).
+7-bit ones (2 x 255 x 64 = 32,640). With 7-bit weights every CPU computes the same integer products
+(what may still differ is the float rounding of the other nodes, as in fp32); with 8-bit ones
+(``int8-v2``, ``int8-v1``) a CPU without VNNI got some products wrong and gave other vectors
+(``benchmarks/int8.py`` prints both; docs/PERFORMANCE.md).
 
 The result is cached under ``FLEXAMEM_CACHE`` (default ``~/.cache/flexamem``) in a file named by the
 digest of what it is made from (the fp32 model, the recipe and onnxruntime's version), beside a
@@ -74,14 +75,14 @@ def quantize(model: Any, *, reduce_range: bool = False) -> bytes:
         return out.read_bytes()
 
 
-def int8_model(model: Any, *, seven_bits: bool = False) -> bytes:
-    """The int8 model of ``model`` (fp32 ``onnx.ModelProto``; ``seven_bits``: weights within [-64,
-    64], see :func:`quantize`): from the cache when a checked copy is there, else made now and cached
+def int8_model(model: Any, *, reduce_range: bool = False) -> bytes:
+    """The int8 model of ``model`` (fp32 ``onnx.ModelProto``; ``reduce_range``: 7-bit weights, see
+    :func:`quantize`): from the cache when a checked copy is there, else made now and cached
     (atomically: a half-written file is never read)."""
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     source = model.SerializeToString()
-    recipe = RECIPE + (", 7-bit" if seven_bits else "")  # 8-bit models keep the key they were cached under
+    recipe = RECIPE + (", 7-bit" if reduce_range else "")  # 8-bit models keep the key they were cached under
     key = hashlib.sha256(source + recipe.encode() + ort.__version__.encode()).hexdigest()[:24]
     folder = cache_dir()
     path = folder / f"minilm-int8-{key}.onnx"
@@ -92,7 +93,7 @@ def int8_model(model: Any, *, seven_bits: bool = False) -> bytes:
             return blob
     except OSError:
         pass  # not cached yet (or unreadable): make it
-    blob = quantize(model, reduce_range=seven_bits)
+    blob = quantize(model, reduce_range=reduce_range)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for target, data in ((path, blob), (check, hashlib.sha256(blob).hexdigest().encode())):
@@ -109,8 +110,8 @@ def inexact_products(blob: bytes, rows: int = 8, seed: int = 0) -> int:
     """How many int8 matrix products this CPU gets wrong with the weights of the int8 model ``blob``:
     each int8 weight matrix is multiplied by ``rows`` random uint8 activations (the full range, as a
     dynamically quantised forward gives them) with onnxruntime's ``MatMulInteger`` and compared with
-    exact integer arithmetic. 0 for 7-bit weights on any CPU; 8-bit ones saturate where int8 products
-    are summed in 16 bits (AVX2 or AVX-512 without VNNI). Printed by ``benchmarks/int8.py``."""
+    exact integer arithmetic. 7-bit weights cannot saturate the 16-bit sums of AVX2 or AVX-512 without
+    VNNI; 8-bit ones do there (measured: docs/PERFORMANCE.md). Printed by ``benchmarks/int8.py``."""
     import numpy as np
     import onnx
     import onnxruntime as ort
