@@ -71,39 +71,40 @@ def _fused(make: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     return lambda _: make(_named(minilm_graph(fused=True)))
 
 
-RECIPES: dict[str, Callable[[Any], bytes]] = {
-    "fp32": lambda m: bytes(m.SerializeToString()),  # the library's fp32: op for op
-    "int8": lambda _: precision_model("int8"),  # the library's: fused graph, per-channel 7-bit weights (QAttention)
-    "int8-v2": lambda _: precision_model("int8-v2"),  # the library's int8 until 2026-12-02 (later): 8-bit weights
-    "fp32-fused": _fused(lambda m: bytes(m.SerializeToString())),
-    "int8-v1": lambda _: precision_model("int8-v1"),  # the library's int8 until 2026-12-02: weight MatMuls only
-    "int8-all-matmuls": _dynamic(per_channel=True),  # attention MatMuls quantised too
-    "int8-per-tensor": lambda m: _dynamic(nodes_to_quantize=weight_matmuls(m))(m),
-    "int8-reduce-range": lambda m: _dynamic(per_channel=True, reduce_range=True, nodes_to_quantize=weight_matmuls(m))(
-        m
-    ),
-    "int8-preprocessed": _preprocessed,
-    # the FFN's down projection (its input has the widest range) kept fp32
-    "int8-ffn-down-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "_out_mm"))(m),
-    # the first layer kept fp32
-    "int8-layer0-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "l0_"))(m),
-    # static: activations' ranges fixed from a calibration set (another conversation's turns)
-    "int8-static-minmax": lambda m: _static(m, "MinMax"),
-    "int8-static-percentile": lambda m: _static(m, "Percentile"),
-}
+def recipes(windows: list[list[int]]) -> dict[str, Callable[[Any], bytes]]:
+    """Every recipe by name, each making a model from the op-for-op fp32 graph; the static ones
+    calibrate on ``windows``."""
+    return {
+        "fp32": lambda m: bytes(m.SerializeToString()),  # the library's fp32: op for op
+        "int8": lambda _: precision_model("int8"),  # the library's: fused graph, per-channel 7-bit weights (QAttention)
+        "int8-v2": lambda _: precision_model("int8-v2"),  # the library's int8 until 2026-12-02 (later): 8-bit weights
+        "fp32-fused": _fused(lambda m: bytes(m.SerializeToString())),
+        "int8-v1": lambda _: precision_model("int8-v1"),  # the library's int8 until 2026-12-02: weight MatMuls only
+        "int8-all-matmuls": _dynamic(per_channel=True),  # attention MatMuls quantised too
+        "int8-per-tensor": lambda m: _dynamic(nodes_to_quantize=weight_matmuls(m))(m),
+        "int8-reduce-range": lambda m: _dynamic(
+            per_channel=True, reduce_range=True, nodes_to_quantize=weight_matmuls(m)
+        )(m),
+        "int8-preprocessed": _preprocessed,
+        # the FFN's down projection (its input has the widest range) kept fp32
+        "int8-ffn-down-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "_out_mm"))(m),
+        # the first layer kept fp32
+        "int8-layer0-fp32": lambda m: _dynamic(per_channel=True, nodes_to_quantize=_except(m, "l0_"))(m),
+        # static: activations' ranges fixed from a calibration set (another conversation's turns)
+        "int8-static-minmax": lambda m: _static(m, windows, "MinMax"),
+        "int8-static-percentile": lambda m: _static(m, windows, "Percentile"),
+    }
 
-CALIBRATION: list[list[int]] = []  # token-id windows from a conversation the speed is not measured on
 
-
-def _static(model: Any, method: str) -> bytes:
+def _static(model: Any, windows: list[list[int]], method: str) -> bytes:
     """Static quantisation (QDQ, per-channel int8 weights, uint8 activations) of the weight MatMuls,
-    the activations' ranges calibrated on ``CALIBRATION`` (windows of one length: onnxruntime's
-    histogram calibrators need inputs of one shape)."""
+    the activations' ranges calibrated on ``windows`` (token ids from a conversation the speed is not
+    measured on, all of one length: onnxruntime's histogram calibrators need inputs of one shape)."""
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantType, quantize_static
 
     class Windows(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
-            self.left = iter(CALIBRATION)
+            self.left = iter(windows)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             window = next(self.left, None)
@@ -143,7 +144,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8, help="texts per forward")
-    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--recipes", default=",".join(recipes([])))
     parser.add_argument("--base", default="fp32", help="the recipe the speed ratios are taken against")
     args = parser.parse_args()
     from tokenizers import Tokenizer
@@ -154,17 +155,17 @@ def main() -> int:
     tokenizer.enable_truncation(MAX_SEQ_LEN)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     stream = [i for t in texts_of(Path(args.data), 200, conversation=1) for i in tokenizer.encode(t).ids[1:-1]]
-    CALIBRATION[:] = [[cls, *stream[k : k + 30], sep] for k in range(0, len(stream) - 30, 30)][:200]
+    made = recipes([[cls, *stream[k : k + 30], sep] for k in range(0, len(stream) - 30, 30)][:200])
     import threading
 
     lock = threading.Lock()
     results: dict[str, dict[str, float]] = {}
     vectors: dict[str, np.ndarray] = {}
     in_batch: dict[str, np.ndarray] = {}  # per recipe: each text's vector in its batch . alone
-    inexact: dict[str, int] = {}  # per recipe: int8 products this CPU gets wrong
+    inexact: dict[str, int | None] = {}  # per recipe: int8 products this CPU gets wrong (None: no int8 weights)
     print(f"{len(texts)} LoCoMo turns; best of {args.repeats}; CPU int8 instructions: {int8_instructions()}")
     for name in args.recipes.split(","):
-        blob = RECIPES[name](_named(minilm_graph()))
+        blob = made[name](_named(minilm_graph()))
         inexact[name] = inexact_products(blob)
         row: dict[str, float] = {}
         for threads in (1, 2):
@@ -211,7 +212,7 @@ def main() -> int:
             agree = f"{100 * statistics.mean(shared):.1f} %"
         own = f"{statistics.median(in_batch[name].tolist()):.4f} / {in_batch[name].min():.4f}"
         cells = f"| {name} | {row['1t']:.1f} ({ratio[0]}) | {row['2t']:.1f} ({ratio[1]}) | {cos} | {agree} | {own} "
-        print(cells + f"| {inexact[name]} |")
+        print(cells + f"| {'-' if inexact[name] is None else inexact[name]} |")
     return 0
 
 

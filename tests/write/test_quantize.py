@@ -110,7 +110,7 @@ def test_precision_and_embedder_choice_are_checked(monkeypatch: pytest.MonkeyPat
 def test_the_library_int8_has_seven_bit_weights_whose_products_are_exact_on_this_cpu() -> None:
     """Symmetric weights within [-64, 64]: two products of a uint8 activation and a weight (at most
     2 * 255 * 64 = 32,640) fit the int16 sum of AVX2's multiply-add, so every CPU computes the same
-    integer products and a text gets the same vector on every machine. The earlier recipe's 8-bit
+    integer products. The earlier recipe's 8-bit
     weights do not fit, and a CPU without VNNI gets some of their products wrong."""
     import onnx
     from onnx import numpy_helper
@@ -130,4 +130,5 @@ def test_the_library_int8_has_seven_bit_weights_whose_products_are_exact_on_this
     assert max(int(np.abs(w.astype(np.int16)).max()) for w in eight) > 64
     assert inexact_products(library) == 0
     if int8_instructions() in ("avx2", "avx512bw"):  # 8-bit products summed in 16 bits: they saturate
-        assert inexact_products(earlier) > 0
+        assert (inexact_products(earlier) or 0) > 0
+    assert inexact_products(precision_model("fp32")) is None  # no int8 weights: nothing to check

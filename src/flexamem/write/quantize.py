@@ -106,12 +106,13 @@ def int8_model(model: Any, *, reduce_range: bool = False) -> bytes:
     return blob
 
 
-def inexact_products(blob: bytes, rows: int = 8, seed: int = 0) -> int:
+def inexact_products(blob: bytes, rows: int = 8, seed: int = 0) -> int | None:
     """How many int8 matrix products this CPU gets wrong with the weights of the int8 model ``blob``:
     each int8 weight matrix is multiplied by ``rows`` random uint8 activations (the full range, as a
     dynamically quantised forward gives them) with onnxruntime's ``MatMulInteger`` and compared with
     exact integer arithmetic. 7-bit weights cannot saturate the 16-bit sums of AVX2 or AVX-512 without
-    VNNI; 8-bit ones do there (measured: docs/PERFORMANCE.md). Printed by ``benchmarks/int8.py``."""
+    VNNI; 8-bit ones do there (measured: docs/PERFORMANCE.md). None for a model without int8 weights (fp32).
+    Printed by ``benchmarks/int8.py``."""
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -123,6 +124,8 @@ def inexact_products(blob: bytes, rows: int = 8, seed: int = 0) -> int:
         for t in onnx.load_from_string(blob).graph.initializer
         if t.data_type == TensorProto.INT8 and len(t.dims) == 2
     ]
+    if not weights:
+        return None
     wrong = 0
     for w in weights:
         k, n = w.shape
