@@ -26,7 +26,7 @@ from flexamem.config import WRITE_SETTINGS
 from flexamem.llm.client import ChatModel
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.default_embed import default_embedder
-from flexamem.write.records import RecordWriter
+from flexamem.write.records import RecordWriter, RuleWriter
 from flexamem_bench.baselines.reader import BASELINE_METHODS
 from flexamem_bench.datasets import QAHistory, QAItem
 from flexamem_bench.measures import RETRIEVAL, answer_contained, normalise, retrieval_measures
@@ -253,7 +253,8 @@ def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Pat
     keep.mkdir(parents=True, exist_ok=True)
     stored = sorted((name, getattr(s, name)) for name in WRITE_SETTINGS)  # render-time settings share a store
     embedder = default_embedder().name  # the vectors' model (FLEXAMEM_EMBEDDER): int8 and fp32 stores apart
-    key = json.dumps([h.history_id, stored, type(writer).__name__ if writer else "rule", embedder])
+    writer_name = type(writer).__name__ if writer else RuleWriter.__name__  # no writer: the rule writer's records
+    key = json.dumps([h.history_id, stored, writer_name, embedder])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return keep / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', h.history_id)[:80]}-{digest}.db"
 

@@ -6,8 +6,9 @@ import pytest
 
 import flexamem as fm
 from flexamem.cli import main
+from flexamem.write.records import RuleWriter
 from flexamem_bench.datasets import locomo_histories, longmemeval_histories
-from flexamem_bench.harness import load_rows, run, summarise
+from flexamem_bench.harness import close_context, load_rows, open_context, run, summarise
 from flexamem_bench.methods import METHODS
 from tests.helpers import tiny_history
 
@@ -189,6 +190,11 @@ def test_keep_stores_each_history_once_and_reruns_ingest_nothing(tmp_path: Path)
     db.with_suffix(".done").unlink()
     run([tiny_history()], ["auto"], [512], tmp_path / "c", progress=False, keep=keep)
     assert db.with_suffix(".done").exists() and len(fm.Memory(db).notes()) == 8
+    # `flexamem eval` passes the rule writer, the scripts no writer: the same records, the same kept store
+    stamp = db.stat().st_mtime_ns
+    ctx = open_context(tiny_history(), None, RuleWriter(), keep=keep)
+    assert Path(ctx.mem.store.path) == db and db.stat().st_mtime_ns == stamp  # type: ignore[attr-defined]
+    close_context(ctx)
     other = fm.Settings(kappa=32)  # other settings: another file
     run([tiny_history()], ["auto"], [256], tmp_path / "d", progress=False, keep=keep, settings=other)
     assert len(list(keep.glob("*.db"))) == 2
