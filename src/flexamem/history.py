@@ -17,7 +17,7 @@ from flexamem.text import code_terms, content_words, is_identifier, stem, stemme
 
 BULK = 256  # pieces from which a load indexes in bulk
 TURN_HEAD = 256  # tokens: a turn's head, what its turn vector is made of (MiniLM reads 256 word pieces)
-HEAD_CHUNK = 4096  # turns whose head vectors are summed at a time (a bounded copy of the piece matrix)
+HEAD_CHUNK = 4096  # turns (or notes) whose vectors are summed at a time (a bounded copy of the piece matrix)
 
 
 class History:
@@ -49,6 +49,7 @@ class History:
         self._doc_tokens = np.zeros(0)  # per doc: its piece's tokens
         self._head_weights = np.zeros(0)  # per doc: its weight in its turn's head vector
         self._head_norms = np.zeros(0)  # per turn: the norm of its head vector
+        self._unit_norms = np.zeros(0)  # per note: the norm of its whole text's vector
         self._turn_tokens = np.zeros(0)  # per turn: its pieces' tokens
         self._turn_tokens_docs = 0  # docs the turn sizes cover
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
@@ -213,6 +214,25 @@ class History:
             self._head_weights = np.concatenate([self._head_weights, w])
             self._head_norms = np.concatenate([self._head_norms, *norms])
         return self._head_weights, self._head_norms
+
+    def unit_norms(self) -> np.ndarray:
+        """Per note, the norm of the token-weighted sum of its piece vectors (the vector of its whole
+        text, as a cosine needs it: a note's cosine to a unit query is the token-weighted sum of its
+        pieces' cosines over this norm; 0 for a note without pieces). Extended with the notes."""
+        done = len(self._unit_norms)
+        if done < len(self.notes):
+            first = self.doc_of[done]
+            seqs = self.doc_arrays()[0][first:] - done
+            sizes = np.maximum(self.doc_tokens()[first:], 1.0).astype(np.float32)
+            norms = np.zeros(len(self.notes) - done)
+            firsts = np.flatnonzero(np.r_[True, seqs[1:] != seqs[:-1]]) if len(seqs) else seqs  # docs in note order
+            for at in range(0, len(firsts), HEAD_CHUNK):  # a bounded copy of the piece matrix at a time
+                chunk = firsts[at : at + HEAD_CHUNK]
+                a, b = int(chunk[0]), int(firsts[at + HEAD_CHUNK]) if at + HEAD_CHUNK < len(firsts) else len(seqs)
+                rows = self._piece_matrix[first + a : first + b] * sizes[a:b, None]
+                norms[seqs[chunk]] = np.linalg.norm(np.add.reduceat(rows, chunk - a, axis=0), axis=1)
+            self._unit_norms = np.concatenate([self._unit_norms, norms])
+        return self._unit_norms
 
     def piece_cost_floor(self, mark: int) -> list[int]:
         """Per BM25 doc, the least a piece can add to a pieces section: its line, label and newline,

@@ -313,3 +313,47 @@ def test_turn_sizes_are_kept_per_history_and_extended_write_by_write() -> None:
     assert h.turn_tokens()[: len(before)].tolist() == before.tolist()
     assert len(want) > len(before) and want[-2] > 30  # the new turns are there, the long one summed
     assert History.from_notes(h.notes, h.dim).turn_tokens().tolist() == want
+
+
+def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auto_session_vector``: a share of a turn's cosine comes from its unit as a whole (the
+    token-weighted sum of all its piece vectors), computed here from the pieces independently; a turn
+    in a session about the question then outranks a like-sounding turn in a session about another thing."""
+    from flexamem import history as history_module
+    from flexamem.history import History
+    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+
+    mem = history_mem()
+    garden = ["I planted tomato seedlings in the raised bed.", "They need water every morning.",
+              "The tomato seedlings are growing fast now."]  # fmt: skip
+    other = ["My laptop battery dies quickly.", "Seedlings of doubt about the new phone.", "I will buy a charger."]
+    mem.add_session([{"speaker": "Ana", "text": t} for t in garden], session_id="garden")
+    h = mem.history
+    first = h.unit_norms().copy()  # then extended by the next write
+    mem.add_session([{"speaker": "Ana", "text": t} for t in other], session_id="tech")
+    assert len(h.unit_norms()) == len(first) + 1 and np.array_equal(h.unit_norms()[: len(first)], first)
+    qv = mem.embedder.embed(["how often should I water my tomato seedlings"])[0]
+    bm, cos = hybrid_parts(h, [], lambda: qv, len(h), dense=True)
+    assert cos is not None
+    starts = np.flatnonzero(h.doc_arrays()[1])
+    seqs = h.doc_arrays()[0]
+    unit_cos = []
+    for note in h.notes:
+        docs = [d for d in range(h.pieces_count) if seqs[d] == note.seq]
+        vector = sum(max(h.piece(d)[1].tokens, 1) * h.piece_matrix[d].astype(np.float64) for d in docs)
+        unit_cos.append(float(vector @ qv) / float(np.linalg.norm(vector)))
+    plain = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=1.0)  # dense alone
+    for share in (0.3, 1.0):
+        got = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=1.0, session=share)
+        want = (1 - share) * plain + share * np.array([unit_cos[s] for s in seqs[starts]])
+        assert np.allclose(got, want, atol=1e-5)
+    water = next(i for i, d in enumerate(starts) if "water every morning" in h.piece(int(d))[1].text)
+    doubt = next(i for i, d in enumerate(starts) if "Seedlings of doubt" in h.piece(int(d))[1].text)
+    together = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=1.0, session=0.5)
+    assert together[water] - together[doubt] > plain[water] - plain[doubt]  # its session lifts it
+    # extended write by write, the norms equal those of the history loaded at once (and summed in chunks)
+    assert np.allclose(h.unit_norms(), History.from_notes(h.notes, h.dim).unit_norms())
+    monkeypatch.setattr(history_module, "HEAD_CHUNK", 2)
+    assert np.allclose(h.unit_norms(), History.from_notes(h.notes, h.dim).unit_norms())

@@ -13,6 +13,7 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    best piece's: a turn ranks as a retrieval over whole turns would see it.
 3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
    it in the same unit; an answer's question (or a question's answer) follows when room allows.
+   Optionally a share of it comes from its session's vector (``auto_session_vector``, off by default).
 4. **Long turns pay for their room**: for readers, a turn longer than a share of the room
    (``auto_turn_room``) is discounted by its length (``auto_turn_length``), so several shorter turns
    can share a small budget.
@@ -119,6 +120,7 @@ def turn_scores(
     turn_vector: float = 0.0,
     long_from: float = 0.0,
     length: float = 0.0,
+    session: float = 0.0,
 ) -> np.ndarray:
     """Readers' ``auto``: one score per turn, ``a * best bm25 + (1 - a) * best cosine`` of its pieces,
     with the BM25 weight ``a`` set per query by how much BM25 sets its best turns apart.
@@ -134,6 +136,11 @@ def turn_scores(
     (:meth:`History.turn_heads`): a turn about the question whose every line says only part of it
     ranks as the whole turn reads, as a plain retrieval over whole turns would rank it.
 
+    ``session`` of the turn's cosine then comes from its unit (a session) as a whole: the cosine of
+    the token-weighted sum of all the unit's piece vectors (:meth:`History.unit_norms`), so the turns
+    of a session about the question rank above a turn that only sounds like it in a session about
+    something else (``auto_session_vector``).
+
     A turn longer than ``long_from`` tokens has its score multiplied by ``(long_from / tokens) **
     length`` (divided, when it is negative): a long turn must be that much more relevant to take its
     room (``auto_turn_room`` of the room, ``auto_turn_length``).
@@ -147,6 +154,11 @@ def turn_scores(
         weights, norms = history.turn_heads()
         whole = np.add.reduceat(cos * weights[: len(cos)], starts) / np.maximum(norms[: len(starts)], 1e-12)
         turn_cos = (1.0 - turn_vector) * turn_cos + turn_vector * whole
+    if session > 0:  # the turn's unit as a whole: its pieces' cosines weighted by tokens, over its norm
+        seqs = history.doc_arrays()[0][: len(cos)]
+        sums = np.bincount(seqs, weights=cos * np.maximum(history.doc_tokens()[: len(cos)], 1.0))
+        unit_cos = sums / np.maximum(history.unit_norms()[: len(sums)], 1e-12)
+        turn_cos = (1.0 - session) * turn_cos + session * unit_cos[seqs[starts]]
     k = min(top, len(best_bm))
     flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
     a = min(alpha, max(0.0, spread * alpha * (1.0 - flat)))

@@ -449,6 +449,7 @@ class Renderer:
                 turn_vector=s.auto_turn_vector if options.piece_vectors else 0.0,  # heads need piece vectors
                 long_from=s.auto_turn_room * room,
                 length=s.auto_turn_length,
+                session=s.auto_session_vector if options.piece_vectors else 0.0,
             )
         ranked = hybrid_ranking(
             self.history,
