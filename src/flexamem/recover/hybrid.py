@@ -11,9 +11,9 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    text order, so a long turn is shown whole when room allows. For readers its cosine is its head's
    (the token-weighted sum of its first 256 tokens' piece vectors, ``auto_turn_vector``), not its
    best piece's: a turn ranks as a retrieval over whole turns would see it.
+   Optionally a share of it comes from its session's vector (``auto_session_vector``, off by default).
 3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
    it in the same unit; an answer's question (or a question's answer) follows when room allows.
-   Optionally a share of it comes from its session's vector (``auto_session_vector``, off by default).
 4. **Long turns pay for their room**: for readers, a turn longer than a share of the room
    (``auto_turn_room``) is discounted by its length (``auto_turn_length``), so several shorter turns
    can share a small budget.
