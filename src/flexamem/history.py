@@ -49,7 +49,8 @@ class History:
         self._doc_tokens = np.zeros(0)  # per doc: its piece's tokens
         self._head_weights = np.zeros(0)  # per doc: its weight in its turn's head vector
         self._head_norms = np.zeros(0)  # per turn: the norm of its head vector
-        self._unit_norms = np.zeros(0)  # per note: the norm of its whole text's vector
+        self._unit_weights = np.zeros(0)  # per doc: its weight in its note's whole-text vector
+        self._unit_norms = np.zeros(0)  # per note: the norm of its whole-text vector
         self._turn_tokens = np.zeros(0)  # per turn: its pieces' tokens
         self._turn_tokens_docs = 0  # docs the turn sizes cover
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
@@ -198,41 +199,40 @@ class History:
         sum of its pieces' cosines over that norm. Extended with the docs (rows never change)."""
         done = len(self._head_weights)
         if done < len(self.piece_of):  # ``done`` is a note's first doc, so a turn's first doc
-            sizes = np.maximum(self.doc_tokens()[done:], 1.0)
+            sizes = self._weights(done)
             starts = np.flatnonzero(np.asarray(self.turn_start[done:], dtype=bool))
             ends = np.cumsum(sizes)  # tokens up to each doc's end, from ``done``
             turn_begins = (ends - sizes)[starts]  # ... up to each turn's first doc
             before = ends - sizes - np.repeat(turn_begins, np.diff(np.append(starts, len(sizes))))
             w = np.where(before < TURN_HEAD, sizes, 0.0)  # the doc's tokens while its turn's head lasts
-            norms = []
-            for first in range(0, len(starts), HEAD_CHUNK):
-                chunk = starts[first : first + HEAD_CHUNK]
-                after = first + HEAD_CHUNK
-                a, b = int(chunk[0]), int(starts[after]) if after < len(starts) else len(w)
-                rows = self._piece_matrix[done + a : done + b] * w[a:b, None].astype(np.float32)
-                norms.append(np.linalg.norm(np.add.reduceat(rows, chunk - a, axis=0), axis=1))
+            norms = _sum_norms(self._piece_matrix[done:], w, starts, len(w))
             self._head_weights = np.concatenate([self._head_weights, w])
-            self._head_norms = np.concatenate([self._head_norms, *norms])
+            self._head_norms = np.concatenate([self._head_norms, norms])
         return self._head_weights, self._head_norms
 
-    def unit_norms(self) -> np.ndarray:
-        """Per note, the norm of the token-weighted sum of its piece vectors (the vector of its whole
-        text, as a cosine needs it: a note's cosine to a unit query is the token-weighted sum of its
-        pieces' cosines over this norm; 0 for a note without pieces). Extended with the notes."""
+    def unit_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each note's whole-text vector (``auto_session_vector``), as what a cosine needs: per doc, its
+        weight (its tokens), and per note, the norm of the weighted sum of its piece vectors (0 for a
+        note without pieces). A note's cosine to a unit query is then the weighted sum of its pieces'
+        cosines over that norm. Extended with the notes (rows never change)."""
         done = len(self._unit_norms)
         if done < len(self.notes):
             first = self.doc_of[done]
+            w = self._weights(first)
             seqs = self.doc_arrays()[0][first:] - done
-            sizes = np.maximum(self.doc_tokens()[first:], 1.0).astype(np.float32)
             norms = np.zeros(len(self.notes) - done)
-            firsts = np.flatnonzero(np.r_[True, seqs[1:] != seqs[:-1]]) if len(seqs) else seqs  # docs in note order
-            for at in range(0, len(firsts), HEAD_CHUNK):  # a bounded copy of the piece matrix at a time
-                chunk = firsts[at : at + HEAD_CHUNK]
-                a, b = int(chunk[0]), int(firsts[at + HEAD_CHUNK]) if at + HEAD_CHUNK < len(firsts) else len(seqs)
-                rows = self._piece_matrix[first + a : first + b] * sizes[a:b, None]
-                norms[seqs[chunk]] = np.linalg.norm(np.add.reduceat(rows, chunk - a, axis=0), axis=1)
+            if len(seqs):  # docs come in note order: one sum per run of a note's docs
+                firsts = np.flatnonzero(np.r_[True, seqs[1:] != seqs[:-1]])
+                norms[seqs[firsts]] = _sum_norms(self._piece_matrix[first:], w, firsts, len(w))
+            self._unit_weights = np.concatenate([self._unit_weights, w])
             self._unit_norms = np.concatenate([self._unit_norms, norms])
-        return self._unit_norms
+        return self._unit_weights, self._unit_norms
+
+    def _weights(self, start: int) -> np.ndarray:
+        """The weight of each doc from ``start`` in a vector summed over several pieces: its tokens
+        (at least 1, so an empty piece still counts)."""
+        weights: np.ndarray = np.maximum(self.doc_tokens()[start:], 1.0)
+        return weights
 
     def piece_cost_floor(self, mark: int) -> list[int]:
         """Per BM25 doc, the least a piece can add to a pieces section: its line, label and newline,
@@ -275,3 +275,16 @@ def _ensure_rows(matrix: np.ndarray, rows: int) -> np.ndarray:
     grown = np.zeros((max(rows, 2 * len(matrix)), matrix.shape[1]), dtype=matrix.dtype)
     grown[: len(matrix)] = matrix
     return grown
+
+
+def _sum_norms(matrix: np.ndarray, weights: np.ndarray, starts: np.ndarray, end: int) -> np.ndarray:
+    """The norm of each group's weighted sum of ``matrix`` rows (group ``i``: rows ``starts[i]`` up to
+    the next start, the last up to ``end``), ``HEAD_CHUNK`` groups at a time (a bounded copy)."""
+    norms = [np.zeros(0)]
+    for first in range(0, len(starts), HEAD_CHUNK):
+        chunk = starts[first : first + HEAD_CHUNK]
+        after = first + HEAD_CHUNK
+        a, b = int(chunk[0]), int(starts[after]) if after < len(starts) else end
+        rows = matrix[a:b] * weights[a:b, None].astype(np.float32)
+        norms.append(np.linalg.norm(np.add.reduceat(rows, chunk - a, axis=0), axis=1))
+    return np.concatenate(norms)

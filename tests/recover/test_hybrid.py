@@ -331,9 +331,9 @@ def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
     other = ["My laptop battery dies quickly.", "Seedlings of doubt about the new phone.", "I will buy a charger."]
     mem.add_session([{"speaker": "Ana", "text": t} for t in garden], session_id="garden")
     h = mem.history
-    first = h.unit_norms().copy()  # then extended by the next write
+    first = h.unit_vectors()[1].copy()  # then extended by the next write
     mem.add_session([{"speaker": "Ana", "text": t} for t in other], session_id="tech")
-    assert len(h.unit_norms()) == len(first) + 1 and np.array_equal(h.unit_norms()[: len(first)], first)
+    assert len(h.unit_vectors()[1]) == len(first) + 1 and np.array_equal(h.unit_vectors()[1][: len(first)], first)
     qv = mem.embedder.embed(["how often should I water my tomato seedlings"])[0]
     bm, cos = hybrid_parts(h, [], lambda: qv, len(h), dense=True)
     assert cos is not None
@@ -354,6 +354,6 @@ def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
     together = turn_scores(h, bm, cos, alpha=0.0, spread=2.0, turn_vector=1.0, session=0.5)
     assert together[water] - together[doubt] > plain[water] - plain[doubt]  # its session lifts it
     # extended write by write, the norms equal those of the history loaded at once (and summed in chunks)
-    assert np.allclose(h.unit_norms(), History.from_notes(h.notes, h.dim).unit_norms())
+    assert np.allclose(h.unit_vectors()[1], History.from_notes(h.notes, h.dim).unit_vectors()[1])
     monkeypatch.setattr(history_module, "HEAD_CHUNK", 2)
-    assert np.allclose(h.unit_norms(), History.from_notes(h.notes, h.dim).unit_norms())
+    assert np.allclose(h.unit_vectors()[1], History.from_notes(h.notes, h.dim).unit_vectors()[1])

@@ -137,7 +137,7 @@ def turn_scores(
     ranks as the whole turn reads, as a plain retrieval over whole turns would rank it.
 
     ``session`` of the turn's cosine then comes from its unit (a session) as a whole: the cosine of
-    the token-weighted sum of all the unit's piece vectors (:meth:`History.unit_norms`), so the turns
+    the token-weighted sum of all the unit's piece vectors (:meth:`History.unit_vectors`), so the turns
     of a session about the question rank above a turn that only sounds like it in a session about
     something else (``auto_session_vector``).
 
@@ -155,9 +155,9 @@ def turn_scores(
         whole = np.add.reduceat(cos * weights[: len(cos)], starts) / np.maximum(norms[: len(starts)], 1e-12)
         turn_cos = (1.0 - turn_vector) * turn_cos + turn_vector * whole
     if session > 0:  # the turn's unit as a whole: its pieces' cosines weighted by tokens, over its norm
+        weights, norms = history.unit_vectors()
         seqs = history.doc_arrays()[0][: len(cos)]
-        sums = np.bincount(seqs, weights=cos * np.maximum(history.doc_tokens()[: len(cos)], 1.0))
-        unit_cos = sums / np.maximum(history.unit_norms()[: len(sums)], 1e-12)
+        unit_cos = np.bincount(seqs, weights=cos * weights[: len(cos)]) / np.maximum(norms[: seqs[-1] + 1], 1e-12)
         turn_cos = (1.0 - session) * turn_cos + session * unit_cos[seqs[starts]]
     k = min(top, len(best_bm))
     flat = float(np.partition(best_bm, len(best_bm) - k)[len(best_bm) - k :].mean())
