@@ -38,7 +38,7 @@ from flexamem_bench.reader import READER_PROMPT
 
 BUDGETS = {"locomo": (2048, 4096, 8192), "longmemeval": (4096, 8192, 16384, 32768)}
 GRID: dict[str, list[Any]] = {
-    "auto_alpha": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "auto_alpha": [0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7],
     "auto_alpha_spread": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
     "auto_neighbour": [0.3, 0.5, 0.7],  # off: the variant auto-no-neighbours
     "auto_rho": [0.02, 0.05, 0.1],

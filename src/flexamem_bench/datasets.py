@@ -28,6 +28,10 @@ class QAItem:
     category: str
     group: str  # the history it belongs to (bootstrap over groups resamples these)
     date: str | None = None  # when the question is asked (LongMemEval's question_date)
+    retrieval_gold: tuple[str, ...] | None = None
+    """The turns the benchmark's own retrieval evaluation counts as gold for this question (None: the
+    evidence turns; empty: the benchmark does not score its retrieval, e.g. LongMemEval's abstention
+    questions and those with no labelled user turn)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class QAHistory:
     questions: list[QAItem]
     one_unit_per_session: bool
     problems: list[str] = field(default_factory=list)  # items left out, with the reason
+    retrieval_corpus: frozenset[str] | None = None
+    """The turns the benchmark's retrieval evaluation ranks (None: every turn; LongMemEval: user turns)."""
 
     def turn_texts(self) -> dict[str, str]:
         return {t["id"]: t["text"] for s in self.sessions for t in s.turns if "id" in t}
@@ -74,7 +80,7 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
     if not (len(session_ids) == len(dates) == len(raw["haystack_sessions"])):
         raise InvalidInputError(f"LongMemEval item {qid}: sessions, ids and dates differ in length")
     answer_sessions = set(raw.get("answer_session_ids") or [])
-    sessions, evidence, fallback = [], [], []
+    sessions, evidence, fallback, user_turns, user_gold = [], [], [], set(), []
     seen: dict[str, int] = {}
     for raw_sid, date, turns in zip(session_ids, dates, raw["haystack_sessions"], strict=True):
         # a haystack can hold the same session twice: the repeat is kept, under a name of its own
@@ -90,8 +96,12 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
                 continue
             tid = f"{sid}:{i}"
             out_turns.append({"speaker": str(t["role"]), "role": str(t["role"]), "text": str(t["content"]), "id": tid})
+            if t["role"] == "user":
+                user_turns.add(tid)
             if t.get("has_answer"):
                 evidence.append(tid)
+                if t["role"] == "user":
+                    user_gold.append(tid)
             if raw_sid in answer_sessions:
                 fallback.append(tid)
         if out_turns:
@@ -107,9 +117,18 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
         category,
         qid,
         None if raw.get("question_date") is None else str(raw["question_date"]),
+        # the benchmark's retrieval scores labelled user turns, and no abstention question
+        retrieval_gold=() if qid.endswith("_abs") else tuple(user_gold),
     )
     problems = [] if item.evidence else [f"{qid}: no evidence turn (no has_answer label, no answer session)"]
-    return QAHistory(qid, sessions, [item] if item.evidence else [], one_unit_per_session=False, problems=problems)
+    return QAHistory(
+        qid,
+        sessions,
+        [item] if item.evidence else [],
+        one_unit_per_session=False,
+        problems=problems,
+        retrieval_corpus=frozenset(user_turns),
+    )
 
 
 def longmemeval_histories(path: str | Path) -> list[QAHistory]:

@@ -151,7 +151,13 @@ def run(
             prompt_tokens = {
                 q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question) for q in h.questions
             }
-            session_of = {t["id"]: s.session_id for s in h.sessions for t in s.turns if "id" in t}
+            corpus = h.retrieval_corpus  # the turns the benchmark's retrieval ranks, with their sessions
+            session_of = {
+                t["id"]: s.session_id
+                for s in h.sessions
+                for t in s.turns
+                if "id" in t and (corpus is None or t["id"] in corpus)
+            }
             ranked: dict[tuple[str, str], dict[str, float]] = {}  # (item, method): budget-free measures
             for q, m, b in todo:
                 try:
@@ -168,10 +174,11 @@ def run(
                         "latency_ms": latency,
                         "composition": output.composition,
                     }
-                    if m in RANKINGS:
+                    gold = q.evidence if q.retrieval_gold is None else q.retrieval_gold
+                    if m in RANKINGS and gold:  # a question the benchmark's retrieval scores
                         if (q.item_id, m) not in ranked:
                             ranked[(q.item_id, m)] = retrieval_measures(
-                                RANKINGS[m](ctx, q.question), q.evidence, session_of
+                                RANKINGS[m](ctx, q.question), gold, session_of
                             )
                         row.update(ranked[(q.item_id, m)])
                     if output.llm_tokens:

@@ -54,7 +54,9 @@ RETRIEVAL_KS = (5, 10)
 
 
 def _dcg(relevant: list[bool]) -> float:
-    return sum(1.0 / math.log2(i + 2) for i, r in enumerate(relevant) if r)
+    """DCG as the benchmark's code computes it: the first two ranks both weigh 1, rank ``i`` (from 0)
+    ``1 / log2(i + 1)`` after them."""
+    return sum(1.0 / math.log2(max(i + 1, 2)) for i, r in enumerate(relevant) if r)
 
 
 def ranking_measures(ranked: list[str], gold: set[str], k: int) -> tuple[float, float, float]:
@@ -68,21 +70,48 @@ def ranking_measures(ranked: list[str], gold: set[str], k: int) -> tuple[float, 
 
 
 def retrieval_measures(
-    ranked_turns: list[str], evidence: Iterable[str], session_of: dict[str, str]
+    ranked_turns: list[str],
+    gold: Iterable[str],
+    session_of: dict[str, str],
 ) -> dict[str, float]:
-    """recall_any@k, recall_all@k and ndcg_any@k of a turn ranking, at turn level and at session level
-    (turns mapped to their sessions, each session counted at its first turn; k counts sessions, as the
-    benchmark's turn-to-session evaluation does), for k in ``RETRIEVAL_KS``."""
-    gold = set(evidence)
-    sessions = list(dict.fromkeys(session_of.get(t, t) for t in ranked_turns))
-    gold_sessions = {session_of.get(t, t) for t in gold}
+    """recall_any@k, recall_all@k and ndcg_any@k of a turn ranking at turn level and at session level,
+    for k in ``RETRIEVAL_KS``, as LongMemEval's retrieval evaluation computes them (restated).
+
+    ``session_of`` maps every turn the benchmark ranks (its corpus) to its session; a ranked turn not in
+    it is dropped (LongMemEval ranks user turns only). Session level reads the turn ranking through the
+    sessions: the first ``k'`` turns, ``k'`` the shortest prefix holding ``k`` distinct sessions; recall
+    over those sessions, nDCG over those turns (the gold turns relevant, the ideal ranking putting them
+    first). Only a gold turn stands for its session: the benchmark renames the other turns of an answer
+    session, so they count as a session of their own (a ranking that finds the session through one of
+    its unlabelled turns has not found it).
+    """
+    wanted = set(gold)
+    ranked = [t for t in ranked_turns if t in session_of]
+    gold_sessions = {session_of[t] for t in wanted if t in session_of}
+
+    def stands_for(turn: str) -> str:
+        session = session_of[turn]
+        return f"{session}\0other" if turn not in wanted and session in gold_sessions else session
+
+    sessions = [stands_for(t) for t in ranked]
+    relevant = sum(1 for t in session_of if t in wanted)
     out: dict[str, float] = {}
     for k in RETRIEVAL_KS:
-        for level, ranking, wanted in (("turn", ranked_turns, gold), ("session", sessions, gold_sessions)):
-            any_, all_, ndcg = ranking_measures(ranking, wanted, k)
-            out[f"{level}_recall_any@{k}"] = any_
-            out[f"{level}_recall_all@{k}"] = all_
-            out[f"{level}_ndcg_any@{k}"] = ndcg
+        any_, all_, ndcg = ranking_measures(ranked, wanted, k)
+        out[f"turn_recall_any@{k}"], out[f"turn_recall_all@{k}"], out[f"turn_ndcg_any@{k}"] = any_, all_, ndcg
+        seen: set[str] = set()
+        prefix = len(sessions)
+        for i, s in enumerate(sessions):
+            seen.add(s)
+            if len(seen) == k:
+                prefix = i + 1
+                break
+        top = set(sessions[:prefix])
+        hits = [t in wanted for t in ranked[:prefix]]
+        ideal = _dcg([True] * min(relevant, prefix))
+        out[f"session_recall_any@{k}"] = float(bool(top & gold_sessions))
+        out[f"session_recall_all@{k}"] = float(bool(gold_sessions) and gold_sessions <= top)
+        out[f"session_ndcg_any@{k}"] = _dcg(hits) / ideal if ideal else 0.0
     return out
 
 

@@ -232,7 +232,7 @@ def hybrid_turns(ctx: MethodContext, question: str, budget: int) -> Output:
     return _turn_lines(ctx, question, budget, hybrid_order(ctx, question))
 
 
-RANKED = 100  # turns a ranking lists for the retrieval measures (enough for 10 distinct sessions)
+RANKED = 200  # turns a ranking lists for the retrieval measures (user turns of 10 distinct sessions, and more)
 
 
 def _searched(mode: str) -> Callable[[MethodContext, str], list[str]]:

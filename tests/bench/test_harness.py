@@ -31,6 +31,9 @@ def test_longmemeval_loader_maps_turns_labels_and_bad_items() -> None:
     assert histories[1].questions[0].category == "temporal-reasoning/abstention"
     assert histories[1].questions[0].evidence == ("sess_d:0", "sess_d:1")
     assert histories[2].problems and "missing 'haystack_sessions'" in histories[2].problems[0]
+    # the benchmark's retrieval evaluation: user turns ranked, labelled user turns gold, abstention unscored
+    assert q1.retrieval_corpus == {"sess_a:0", "sess_b:0", "sess_b:2", "sess_c:0"}
+    assert q1.questions[0].retrieval_gold == ("sess_b:0",) and histories[1].questions[0].retrieval_gold == ()
     with pytest.raises(fm.InvalidInputError):
         longmemeval_histories(FIXTURE.parent / "nope.json")
 
@@ -145,6 +148,8 @@ def test_cli_eval_longmemeval_fixture_writes_every_output(tmp_path: Path, capsys
     assert all(set(r) == {"method", "budget", "measure", "value", "n", "ci_low", "ci_high"} for r in rows)
     ranked = {r["method"] for r in rows if r["measure"] == "session_recall_any@5"}
     assert ranked == {"piece-recovery", "piece-retrieval"}  # truncation ranks no turns
+    scored = {r["item"] for r in load_rows(tmp_path) if "turn_recall_any@5" in r}
+    assert scored == {"q1"}  # as the benchmark, no retrieval measure for an abstention question
     assert "### retrieval (LongMemEval's measures" in (tmp_path / "results.md").read_text()
 
 
@@ -204,12 +209,33 @@ def test_retrieval_measures_follow_the_benchmarks_definitions() -> None:
     from flexamem_bench.measures import ranking_measures, retrieval_measures
 
     assert ranking_measures(["a", "b", "c"], {"b"}, 1) == (0.0, 0.0, 0.0)
-    any_, all_, ndcg = ranking_measures(["a", "b", "c"], {"b", "c"}, 2)
-    ideal = 1 + 1 / math.log2(3)
-    assert any_ == 1.0 and all_ == 0.0 and ndcg == pytest.approx((1 / math.log2(3)) / ideal)
+    # the benchmark's DCG: ranks 1 and 2 both weigh 1, rank 3 1/log2(3)
+    any_, all_, ndcg = ranking_measures(["a", "b", "c"], {"b", "c"}, 3)
+    assert any_ == 1.0 and all_ == 1.0 and ndcg == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    any_, all_, ndcg = ranking_measures(["a", "c", "b"], {"b"}, 3)
+    assert any_ == 1.0 and all_ == 1.0 and ndcg == pytest.approx(1 / math.log2(3))
     assert ranking_measures(["b", "c"], {"b", "c"}, 5) == (1.0, 1.0, pytest.approx(1.0))
-    # session level: turns mapped to sessions, k counts distinct sessions
-    session_of = {"s1:0": "s1", "s1:1": "s1", "s1:2": "s1", "s2:0": "s2", "s3:0": "s3"}
-    out = retrieval_measures(["s1:0", "s1:1", "s1:2", "s3:0", "s2:0"], ["s2:0"], session_of)
+    # session level: the turns read through their sessions up to the shortest prefix with k sessions
+    session_of = {"s1:0": "s1", "s1:1": "s1", "s1:2": "s1", "s2:0": "s2", "s3:0": "s3", "s3:1": "s3"}
+    out = retrieval_measures(["s1:0", "s1:1", "s3:0", "s2:0", "s3:1", "s1:2"], ["s2:0"], session_of)
     assert out["turn_recall_any@5"] == 1.0 and out["session_recall_any@5"] == 1.0
-    assert out["session_ndcg_any@5"] == pytest.approx(1 / math.log2(4))  # s2 is the third session
+    assert out["turn_ndcg_any@5"] == pytest.approx(1 / math.log2(4))  # s2:0 is the fourth turn
+    # at k=5 there are 3 sessions only: every ranked turn is read; s2's one turn is the fourth
+    assert out["session_ndcg_any@5"] == pytest.approx(1 / math.log2(4))
+    # only a gold turn stands for its session: another turn of it is a session of its own; a turn
+    # outside the corpus (session_of) is dropped from the ranking
+    other = retrieval_measures(["x:9", "s3:0", "s1:2", "s2:0"], ["s1:0"], session_of)
+    assert other["session_recall_any@5"] == 0.0 and other["session_ndcg_any@5"] == 0.0
+    found = retrieval_measures(["x:9", "s3:0", "s1:2", "s1:0"], ["s1:0"], session_of)
+    assert found["turn_recall_any@5"] == 1.0 and found["turn_ndcg_any@5"] == pytest.approx(1 / math.log2(3))
+    # k counts distinct sessions: a session's second turn lengthens the prefix read
+    six = {f"s{i}:0": f"s{i}" for i in range(1, 7)} | {"s1:1": "s1"}
+    spread = retrieval_measures(["s1:0", "s2:0", "s3:0", "s4:0", "s5:0", "s6:0"], ["s6:0"], six)
+    assert spread["session_recall_any@5"] == 0.0 and spread["session_recall_any@10"] == 1.0
+    again = retrieval_measures(["s1:0", "s1:1", "s2:0", "s3:0", "s4:0", "s6:0"], ["s6:0"], six)
+    assert again["session_recall_any@5"] == 1.0 and again["turn_recall_any@5"] == 0.0  # sixth turn, fifth session
+    assert again["session_ndcg_any@5"] == pytest.approx(1 / math.log2(6))
+    # s1:1 is not gold: it counts as a session of its own, so five sessions end before s1:0
+    late = ["s1:1", "s2:0", "s3:0", "s4:0", "s5:0", "s1:0"]
+    assert retrieval_measures(late, ["s1:0"], six)["session_recall_all@5"] == 0.0
+    assert retrieval_measures(late, ["s1:1"], six)["session_recall_all@5"] == 1.0
