@@ -105,10 +105,13 @@ def test_a_reader_sees_a_writers_session_within_a_second(tmp_path: Path) -> None
     delays = []
     for _ in range(5):
         i, acked = acks.get(timeout=120)
-        while f"quokka{i}" not in reader.render(f"quokka{i}", budget=2000).text:
-            assert time.time() - acked < 1.0, f"session late{i} not visible after a second"
+        while True:  # the delay: ack to the start of the first render that shows the session
+            asked = time.time()  # (not its end: a loaded machine's render time is not staleness)
+            if f"quokka{i}" in reader.render(f"quokka{i}", budget=2000).text:
+                break
+            assert asked - acked < 5.0, f"session late{i} never visible"
             time.sleep(0.01)
-        delays.append(time.time() - acked)
+        delays.append(asked - acked)
     p.join(timeout=60)
     assert p.exitcode == 0 and max(delays) < 1.0
 
