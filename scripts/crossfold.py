@@ -41,6 +41,7 @@ GRID: dict[str, list[Any]] = {
     "auto_alpha": [0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7],
     "auto_alpha_spread": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
     "auto_neighbour": [0.3, 0.5, 0.7],  # off: the variant auto-no-neighbours
+    "auto_neighbour_reach": [1, 2, 3, 5],
     "auto_rho": [0.02, 0.05, 0.1],
     "auto_long_turn": [0.15, 0.25, 0.35, 0.5, 1.0],
     "auto_turn_vector": [0.0, 0.25, 0.5, 0.75, 1.0],

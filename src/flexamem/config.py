@@ -101,6 +101,12 @@ class Settings:
     0.7 is chosen by every fold out of fold, on evidence turns and on answer strings alike (it was 0.5;
     docs/CALIBRATION.md)."""
 
+    auto_neighbour_reach: int = 5
+    """``auto`` for readers: how many turns away a turn lifts the turns of its unit, each to at least
+    ``auto_neighbour ** d`` of its score at distance ``d``, so the turns around a relevant one come next,
+    the nearer first. 5 is chosen out of fold (three folds of four; 1, the next turn only, was the rule
+    until 2026-12-03): evidence +0.19 points, the answer string level (docs/CALIBRATION.md)."""
+
     auto_rho: float = 0.05
     """``auto``: the timeline is merged down to this share of the allowance; when even the fully merged
     timeline is longer, it keeps up to ``rho`` (every unit still covered) before the oldest entries are

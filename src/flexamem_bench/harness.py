@@ -177,9 +177,7 @@ def run(
                     gold = q.evidence if q.retrieval_gold is None else q.retrieval_gold
                     if m in RANKINGS and gold:  # a question the benchmark's retrieval scores
                         if (q.item_id, m) not in ranked:
-                            ranked[(q.item_id, m)] = retrieval_measures(
-                                RANKINGS[m](ctx, q.question), gold, session_of
-                            )
+                            ranked[(q.item_id, m)] = retrieval_measures(RANKINGS[m](ctx, q.question), gold, session_of)
                         row.update(ranked[(q.item_id, m)])
                     if output.llm_tokens:
                         row["llm_tokens"] = output.llm_tokens

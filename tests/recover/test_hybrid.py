@@ -82,6 +82,38 @@ def test_neighbours_are_lifted_within_their_unit_only() -> None:
     assert hybrid_ranking(h, scores2, 10_000, neighbour=0.5)[:2] == [3, 2]
 
 
+def test_neighbours_further_away_are_lifted_by_reach() -> None:
+    mem = history_mem()
+    h = mem.history
+    scores = np.zeros(h.pieces_count)
+    scores[0] = 1.0  # the weather turn opens unit 0; the cat turn (doc 3) is three turns away
+    scores[3] = 0.05
+    scores[4] = 0.2  # the pottery turn of the next unit
+    one = hybrid_ranking(h, scores, 10_000, neighbour=0.5)
+    assert one[:3] == [0, 1, 4]  # reach 1: only doc 1 (0.5) is lifted; doc 2 stays at 0
+    two = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=2)
+    assert two[:4] == [0, 1, 2, 4]  # doc 2 gets 0.25, above the pottery turn's 0.2
+    three = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=3)
+    assert three[:4] == [0, 1, 2, 4] and three.index(3) == 4  # doc 3 gets 0.125, below 0.2
+    # within a unit only: unit 0 ends at doc 3, so further passes change nothing (doc 5 gets 0.1
+    # from doc 4, its own unit's)
+    assert hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=5) == three == [0, 1, 2, 4, 3, 5]
+
+
+def test_a_memory_lifts_its_turns_surroundings_as_far_as_its_setting_reaches() -> None:
+    def ranking(reach: int) -> list[str | None]:
+        mem = fm.Memory(settings=fm.Settings(auto_neighbour_reach=reach))
+        texts = ["My passport number is X9981.", "Noted.", "Sure thing.", "Lovely weather today.", "The cat sleeps."]
+        mem.add_session([{"speaker": "Ana", "text": t, "id": f"A{i}"} for i, t in enumerate(texts)], session_id="a")
+        mem.add_session([{"speaker": "Ben", "text": "Travel documents are checked at the gate.", "id": "B0"}])
+        return [h.turn_id for h in mem.search("What is my passport number?", limit=6)]
+
+    # the other session's turn about travel documents comes before the small talk two turns away ...
+    assert ranking(1) == ["A0", "A1", "B0", "A2", "A3", "A4"]
+    # ... unless the answer's surroundings are lifted that far (0.7 ** 2, 0.7 ** 3 of its score)
+    assert ranking(3) == ["A0", "A1", "A2", "A3", "B0", "A4"]
+
+
 def test_a_long_turn_is_ranked_whole() -> None:
     mem = fm.Memory(settings=fm.Settings(kappa=8))
     mem.add_session(

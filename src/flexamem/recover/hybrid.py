@@ -12,8 +12,9 @@ beat it by 6-14 points (docs/EVALUATION.md), so ``auto`` ranks by a hybrid:
    (the token-weighted sum of its first 256 tokens' piece vectors, ``auto_turn_vector``), not its
    best piece's: a turn ranks as a retrieval over whole turns would see it.
    Optionally a share of it comes from its session's vector (``auto_session_vector``, off by default).
-3. **Neighbours**: a turn scores at least ``neighbour`` times the score of the turn before or after
-   it in the same unit; an answer's question (or a question's answer) follows when room allows.
+3. **Neighbours**: a turn scores at least ``neighbour ** d`` times the score of a turn ``d`` turns
+   before or after it in the same unit, up to ``reach`` turns away (``auto_neighbour_reach``); an
+   answer's question (or a question's answer) follows when room allows, then the turns around them.
 4. **Long turns pay for their room**: for readers, a turn longer than a share of the room
    (``auto_turn_room``) is discounted by its length (``auto_turn_length``), so several shorter turns
    can share a small budget.
@@ -178,9 +179,11 @@ def hybrid_ranking(
     neighbour: float,
     whole_turns: bool = True,
     group_scores: np.ndarray | None = None,
+    reach: int = 1,
 ) -> list[int]:
-    """Doc ids in rank order (turns together, neighbours lifted), cut once the ranked pieces hold
-    well over ``room`` tokens (a piece that does not fit is skipped, so some spare ones are kept).
+    """Doc ids in rank order (turns together, neighbours up to ``reach`` turns away lifted), cut once the
+    ranked pieces hold well over ``room`` tokens (a piece that does not fit is skipped, so some spare
+    ones are kept).
     ``group_scores`` (one per turn, :func:`turn_scores`) replaces a turn's best piece score."""
     limit = len(scores)
     if limit == 0:
@@ -192,10 +195,11 @@ def hybrid_ranking(
     if neighbour > 0 and len(starts) > 1:
         seqs = doc_seq[starts]
         same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note
-        lifted = group_score.copy()
-        lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * group_score[:-1]), lifted[1:])
-        lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * group_score[1:]), lifted[:-1])
-        group_score = lifted
+        for _ in range(reach):  # each pass lifts one turn further: a turn d away gets neighbour ** d
+            lifted = group_score.copy()
+            lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * group_score[:-1]), lifted[1:])
+            lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * group_score[1:]), lifted[:-1])
+            group_score = lifted
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
     for g in ranked_groups(group_score):

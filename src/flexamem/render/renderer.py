@@ -458,6 +458,7 @@ class Renderer:
             neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
             whole_turns=options.whole_turns and not agent,
             group_scores=per_turn,
+            reach=s.auto_neighbour_reach,
         )
         return ranked, scores
 
