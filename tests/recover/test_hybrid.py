@@ -100,6 +100,33 @@ def test_neighbours_further_away_are_lifted_by_reach() -> None:
     assert hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=5) == three == [0, 1, 2, 4, 3, 5]
 
 
+def reference_lift(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach: int) -> np.ndarray:
+    """The rule as written: the best of ``neighbour ** d * score`` over the groups at most ``reach`` away
+    in the same note (d = 0: the group itself)."""
+    out = scores.copy()
+    for i in range(len(scores)):
+        for j in range(max(0, i - reach), min(len(scores), i + reach + 1)):
+            if seqs[j] == seqs[i]:
+                out[i] = max(out[i], neighbour ** abs(i - j) * scores[j])
+    return out
+
+
+def test_lifting_follows_the_rule_and_the_best_groups_rank_as_if_every_group_lifted() -> None:
+    from flexamem.recover.hybrid import SOURCES, lifted_neighbours
+
+    rng = np.random.default_rng(7)
+    small = rng.uniform(-0.2, 1.0, 900)
+    notes = np.cumsum(rng.random(900) < 0.1)  # notes of ~10 groups
+    for reach in (1, 2, 4):
+        assert np.allclose(lifted_neighbours(notes, small, 0.7, reach), reference_lift(notes, small, 0.7, reach))
+    n = SOURCES + 1500  # more groups than lift from afar: the first SOURCES of the ranking are exact
+    big, notes = rng.uniform(-0.2, 1.0, n), np.cumsum(rng.random(n) < 0.1)
+    ours, ref = lifted_neighbours(notes, big, 0.7, 3), reference_lift(notes, big, 0.7, 3)
+    first = np.lexsort((np.arange(n), -ref))[:SOURCES]
+    assert np.array_equal(np.lexsort((np.arange(n), -ours))[:SOURCES], first)
+    assert np.allclose(ours[first], ref[first]) and np.all(ours <= ref + 1e-12)
+
+
 def test_a_memory_lifts_its_turns_surroundings_as_far_as_its_setting_reaches() -> None:
     def ranking(reach: int) -> list[str | None]:
         mem = fm.Memory(settings=fm.Settings(auto_neighbour_reach=reach))

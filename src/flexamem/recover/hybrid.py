@@ -193,13 +193,7 @@ def hybrid_ranking(
     ends = np.append(starts[1:], limit)
     group_score = np.maximum.reduceat(scores, starts) if group_scores is None else group_scores
     if neighbour > 0 and len(starts) > 1:
-        seqs = doc_seq[starts]
-        same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note
-        for _ in range(reach):  # each pass lifts one turn further: a turn d away gets neighbour ** d
-            lifted = group_score.copy()
-            lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * group_score[:-1]), lifted[1:])
-            lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * group_score[1:]), lifted[:-1])
-            group_score = lifted
+        group_score = lifted_neighbours(doc_seq[starts], group_score, neighbour, reach)
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
     for g in ranked_groups(group_score):
@@ -212,6 +206,33 @@ def hybrid_ranking(
 
 
 TOP = 2048  # groups sorted first; the rest only if the room needs them (rarely)
+SOURCES = 4096  # the best groups that lift turns two or more away (every group lifts the next one)
+
+
+def lifted_neighbours(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach: int) -> np.ndarray:
+    """Each group's score raised to at least ``neighbour ** d`` times the score of a group ``d`` places
+    before or after it in the same note (``seqs``: each group's note), for ``d`` up to ``reach``.
+
+    Distance 1 is lifted from every group. Further lifts come from the ``SOURCES`` best groups only, so a
+    render's cost does not grow with ``reach`` times the history: a lift from any other group is below
+    the ``SOURCES``-th best score, so the first ``SOURCES`` groups of the ranking are as if every group
+    lifted (with fewer groups than that, the scores are exactly those)."""
+    same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note
+    lifted = scores.copy()
+    lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * scores[:-1]), lifted[1:])
+    lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * scores[1:]), lifted[:-1])
+    if reach > 1:
+        n = len(scores)
+        sources = np.arange(n)
+        if n > SOURCES:  # the best SOURCES groups (and any tying the last), by a threshold: cheaper than argpartition
+            sources = np.flatnonzero(scores >= np.partition(scores, n - SOURCES)[n - SOURCES])
+        for d in range(2, reach + 1):
+            for targets in (sources - d, sources + d):
+                ok = (targets >= 0) & (targets < n)
+                src, tgt = sources[ok], targets[ok]
+                ok = seqs[tgt] == seqs[src]  # notes are contiguous: every group between is in it too
+                np.maximum.at(lifted, tgt[ok], neighbour**d * scores[src[ok]])
+    return lifted
 
 
 def ranked_groups(scores: np.ndarray) -> Iterator[int]:
