@@ -96,11 +96,12 @@ def _longmemeval_item(raw: dict[str, Any], index: int) -> QAHistory:
                 continue
             tid = f"{sid}:{i}"
             out_turns.append({"speaker": str(t["role"]), "role": str(t["role"]), "text": str(t["content"]), "id": tid})
-            if t["role"] == "user":
+            user = t["role"] == "user"
+            if user:
                 user_turns.add(tid)
             if t.get("has_answer"):
                 evidence.append(tid)
-                if t["role"] == "user":
+                if user:
                     user_gold.append(tid)
             if raw_sid in answer_sessions:
                 fallback.append(tid)

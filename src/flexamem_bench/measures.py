@@ -94,7 +94,7 @@ def retrieval_measures(
         return f"{session}\0other" if turn not in wanted and session in gold_sessions else session
 
     sessions = [stands_for(t) for t in ranked]
-    relevant = sum(1 for t in session_of if t in wanted)
+    relevant = len(wanted & session_of.keys())  # gold turns in the corpus: the ideal ranking's hits
     out: dict[str, float] = {}
     for k in RETRIEVAL_KS:
         any_, all_, ndcg = ranking_measures(ranked, wanted, k)

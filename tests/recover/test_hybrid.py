@@ -101,12 +101,12 @@ def test_neighbours_further_away_are_lifted_by_reach() -> None:
 
 
 def reference_lift(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach: int) -> np.ndarray:
-    """The rule as written: the best of ``neighbour ** d * score`` over the groups at most ``reach`` away
-    in the same note (d = 0: the group itself)."""
+    """The rule as written: the best of ``neighbour ** d * score`` over the groups with a positive score
+    at most ``reach`` away in the same note (d = 0: the group itself)."""
     out = scores.copy()
     for i in range(len(scores)):
         for j in range(max(0, i - reach), min(len(scores), i + reach + 1)):
-            if seqs[j] == seqs[i]:
+            if seqs[j] == seqs[i] and scores[j] > 0:
                 out[i] = max(out[i], neighbour ** abs(i - j) * scores[j])
     return out
 
@@ -125,6 +125,11 @@ def test_lifting_follows_the_rule_and_the_best_groups_rank_as_if_every_group_lif
     first = np.lexsort((np.arange(n), -ref))[:SOURCES]
     assert np.array_equal(np.lexsort((np.arange(n), -ours))[:SOURCES], first)
     assert np.allclose(ours[first], ref[first]) and np.all(ours <= ref + 1e-12)
+    # most groups unrelated (the SOURCES-th best score below 0): still exact, and nothing is raised by
+    # a neighbour that scores 0 or less
+    low = rng.uniform(-1.0, 0.02, n)
+    assert np.allclose(lifted_neighbours(notes, low, 0.7, 3), reference_lift(notes, low, 0.7, 3))
+    assert np.array_equal(lifted_neighbours(notes, -np.abs(low), 0.7, 3), -np.abs(low))
 
 
 def test_a_memory_lifts_its_turns_surroundings_as_far_as_its_setting_reaches() -> None:

@@ -210,22 +210,25 @@ SOURCES = 4096  # the best groups that lift turns two or more away (every group 
 
 
 def lifted_neighbours(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach: int) -> np.ndarray:
-    """Each group's score raised to at least ``neighbour ** d`` times the score of a group ``d`` places
-    before or after it in the same note (``seqs``: each group's note), for ``d`` up to ``reach``.
+    """Each group's score raised to at least ``neighbour ** d`` times the positive score of a group ``d``
+    places before or after it in the same note (``seqs``: each group's note), for ``d`` up to ``reach``.
+    A group scoring 0 or less lifts nothing (the neighbour of an unrelated turn is not raised by it).
 
     Distance 1 is lifted from every group. Further lifts come from the ``SOURCES`` best groups only, so a
     render's cost does not grow with ``reach`` times the history: a lift from any other group is below
-    the ``SOURCES``-th best score, so the first ``SOURCES`` groups of the ranking are as if every group
-    lifted (with fewer groups than that, the scores are exactly those)."""
+    its own score, so below the ``SOURCES``-th best, and the first ``SOURCES`` groups of the ranking are
+    as if every group lifted (with fewer positive groups than that, the scores are exactly those)."""
+    gift = np.where(scores > 0, neighbour * scores, -np.inf)  # what a group gives the next one
     same = seqs[1:] == seqs[:-1]  # group g and g+1 are in one note
     lifted = scores.copy()
-    lifted[1:] = np.where(same, np.maximum(lifted[1:], neighbour * scores[:-1]), lifted[1:])
-    lifted[:-1] = np.where(same, np.maximum(lifted[:-1], neighbour * scores[1:]), lifted[:-1])
+    lifted[1:] = np.where(same, np.maximum(lifted[1:], gift[:-1]), lifted[1:])
+    lifted[:-1] = np.where(same, np.maximum(lifted[:-1], gift[1:]), lifted[:-1])
     if reach > 1:
         n = len(scores)
-        sources = np.arange(n)
-        if n > SOURCES:  # the best SOURCES groups (and any tying the last), by a threshold: cheaper than argpartition
-            sources = np.flatnonzero(scores >= np.partition(scores, n - SOURCES)[n - SOURCES])
+        best = scores > 0
+        if np.count_nonzero(best) > SOURCES:  # the best SOURCES (and any tying the last), by a threshold
+            best &= scores >= np.partition(scores, n - SOURCES)[n - SOURCES]  # (cheaper than argpartition)
+        sources = np.flatnonzero(best)
         for d in range(2, reach + 1):
             for targets in (sources - d, sources + d):
                 ok = (targets >= 0) & (targets < n)
