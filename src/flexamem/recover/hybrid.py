@@ -234,7 +234,8 @@ def lifted_neighbours(seqs: np.ndarray, scores: np.ndarray, neighbour: float, re
                 ok = (targets >= 0) & (targets < n)
                 src, tgt = sources[ok], targets[ok]
                 ok = seqs[tgt] == seqs[src]  # notes are contiguous: every group between is in it too
-                np.maximum.at(lifted, tgt[ok], neighbour**d * scores[src[ok]])
+                tgt = tgt[ok]  # distinct (one shift of distinct sources): a plain assignment, not ufunc.at
+                lifted[tgt] = np.maximum(lifted[tgt], neighbour**d * scores[src[ok]])
     return lifted
 
 
