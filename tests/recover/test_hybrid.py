@@ -72,14 +72,14 @@ def test_neighbours_are_lifted_within_their_unit_only() -> None:
     scores = np.zeros(h.pieces_count)
     scores[2] = 1.0  # the refund answer
     scores[4] = 0.3  # the pottery turn of the next unit
-    plain = hybrid_ranking(h, scores, 10_000, neighbour=0.0)
-    lifted = hybrid_ranking(h, scores, 10_000, neighbour=0.5)
+    plain = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1)
+    lifted = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1)
     assert plain[:2] == [2, 4]
     assert lifted[:4] == [2, 1, 3, 4]  # the question before and the turn after the answer come next
     # doc 3 (last of unit 0) does not lift doc 4 (first of unit 1) above doc 5, nor the other way
     scores2 = np.zeros(h.pieces_count)
     scores2[3] = 1.0
-    assert hybrid_ranking(h, scores2, 10_000, neighbour=0.5)[:2] == [3, 2]
+    assert hybrid_ranking(h, scores2, 10_000, neighbour=0.5, reach=1)[:2] == [3, 2]
 
 
 def test_neighbours_further_away_are_lifted_by_reach() -> None:
@@ -89,7 +89,7 @@ def test_neighbours_further_away_are_lifted_by_reach() -> None:
     scores[0] = 1.0  # the weather turn opens unit 0; the cat turn (doc 3) is three turns away
     scores[3] = 0.05
     scores[4] = 0.2  # the pottery turn of the next unit
-    one = hybrid_ranking(h, scores, 10_000, neighbour=0.5)
+    one = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1)
     assert one[:3] == [0, 1, 4]  # reach 1: only doc 1 (0.5) is lifted; doc 2 stays at 0
     two = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=2)
     assert two[:4] == [0, 1, 2, 4]  # doc 2 gets 0.25, above the pottery turn's 0.2
@@ -160,9 +160,9 @@ def test_a_long_turn_is_ranked_whole() -> None:
     assert len(turn_a) >= 3
     scores = np.zeros(h.pieces_count)
     scores[turn_a[-1]] = 1.0  # its last piece matches
-    whole = hybrid_ranking(h, scores, 10_000, neighbour=0.0)
+    whole = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1)
     assert whole[: len(turn_a)] == turn_a  # the whole turn, in text order
-    single = hybrid_ranking(h, scores, 10_000, neighbour=0.0, whole_turns=False)
+    single = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, whole_turns=False)
     assert single[0] == turn_a[-1] and single[1] == turn_a[0]
 
 
@@ -174,13 +174,13 @@ def test_ranking_stops_well_past_the_room() -> None:
     total = sum(h.piece(d)[1].tokens for d in range(h.pieces_count))
     assert total > 3 * 10 + 2048 + 500  # more than the cap for a 10-token room
     scores = np.arange(h.pieces_count, dtype=float)
-    short = hybrid_ranking(h, scores, 10, neighbour=0.5)
+    short = hybrid_ranking(h, scores, 10, neighbour=0.5, reach=1)
     held = sum(h.piece(d)[1].tokens for d in short)
     assert len(short) < h.pieces_count
     assert 3 * 10 + 2048 < held <= 3 * 10 + 2048 + max(h.piece(d)[1].tokens for d in short)
     assert short[0] == h.pieces_count - 1  # best first
-    assert len(hybrid_ranking(h, scores, 10**6, neighbour=0.5)) == h.pieces_count  # a large room: all
-    assert hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5) == []
+    assert len(hybrid_ranking(h, scores, 10**6, neighbour=0.5, reach=1)) == h.pieces_count  # a large room: all
+    assert hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5, reach=1) == []
 
 
 def test_piece_vectors_are_written_once_and_reloaded(tmp_path: Path) -> None:

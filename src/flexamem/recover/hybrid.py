@@ -177,14 +177,16 @@ def hybrid_ranking(
     room: int,
     *,
     neighbour: float,
+    reach: int,
     whole_turns: bool = True,
     group_scores: np.ndarray | None = None,
-    reach: int = 1,
 ) -> list[int]:
     """Doc ids in rank order (turns together, neighbours up to ``reach`` turns away lifted), cut once the
     ranked pieces hold well over ``room`` tokens (a piece that does not fit is skipped, so some spare
     ones are kept).
-    ``group_scores`` (one per turn, :func:`turn_scores`) replaces a turn's best piece score."""
+    ``neighbour`` and ``reach`` are the caller's settings (``auto_neighbour``, ``auto_neighbour_reach``:
+    no default here, so the rule has one home). ``group_scores`` (one per turn, :func:`turn_scores`)
+    replaces a turn's best piece score."""
     limit = len(scores)
     if limit == 0:
         return []
