@@ -48,6 +48,7 @@ GRID: dict[str, list[Any]] = {
     "auto_turn_length": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0],
     "auto_turn_room": [0.03, 0.05, 0.1, 0.2],
     "auto_session_vector": [0.0, 0.1, 0.2, 0.3, 0.5],
+    "auto_assistant_turns": [0.2, 0.4, 0.6, 0.8, 1.0],
 }
 VARIANTS = tuple(AUTO_ABLATIONS)  # auto and each of its switches turned off, as the harness's methods
 

@@ -47,3 +47,15 @@ QUERY_BITS = st.sampled_from(
 def test_query_terms_of_joined_texts_from_each_texts_terms(texts: list[str]) -> None:
     """The agent's query terms (task, then the newest unit) are put together from each text's own."""
     assert joined_query_terms(texts, [query_terms(t) for t in texts]) == query_terms("\n".join(texts))
+
+
+def test_a_question_about_its_asker_says_i_or_my_and_addresses_no_one() -> None:
+    from flexamem.text import asks_about_asker
+
+    assert asks_about_asker("What did I buy for my cousin?")
+    assert asks_about_asker("I'm wondering where I left the keys")
+    assert asks_about_asker("How many days did I spend in Rome?")
+    assert not asks_about_asker("What did you recommend to me last week?")  # asks what the other said
+    assert not asks_about_asker("Can you remind me of my plan?")
+    assert not asks_about_asker("When did Caroline go to the support group?")  # no one's own words
+    assert not asks_about_asker("")

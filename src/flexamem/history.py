@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flexamem.notes import Note, Piece
+from flexamem.notes import Block, Note, Piece
 from flexamem.recover.bm25 import BM25Index, count_pairs
 from flexamem.text import code_terms, content_words, is_identifier, stem, stemmed
 
@@ -53,6 +53,7 @@ class History:
         self._unit_norms = np.zeros(0)  # per note: the norm of its whole-text vector
         self._turn_tokens = np.zeros(0)  # per turn: its pieces' tokens
         self._turn_tokens_docs = 0  # docs the turn sizes cover
+        self._assistant_turns = np.zeros(0, dtype=bool)  # per turn: whether the assistant said it
         self._doc_of_text: dict[int, int] | None = None  # hash of a piece's text -> a doc with its vector
 
     def __len__(self) -> int:
@@ -191,6 +192,25 @@ class History:
             self._turn_tokens = np.concatenate([self._turn_tokens, sums])
             self._turn_tokens_docs = len(self.piece_of)
         return self._turn_tokens
+
+    def assistant_turns(self) -> np.ndarray:
+        """Per turn (or block), whether its speaker is ``assistant`` (any case): the other party of a
+        chat whose messages name no speaker (chat messages and LongMemEval's sessions are written so).
+        Cached, extended with the turns (a note's turns never change)."""
+        starts = self.turn_starts(len(self.piece_of))
+        done = len(self._assistant_turns)
+        if done < len(starts):
+            new = np.fromiter(
+                (self._block_of(int(d)).label.lower() == "assistant" for d in starts[done:]),
+                dtype=bool,
+                count=len(starts) - done,
+            )
+            self._assistant_turns = np.concatenate([self._assistant_turns, new])
+        return self._assistant_turns
+
+    def _block_of(self, doc: int) -> Block:
+        note, piece = self.piece(doc)
+        return note.blocks[piece.block]
 
     def turn_heads(self) -> tuple[np.ndarray, np.ndarray]:
         """``auto``'s turn vectors, as what a cosine needs: per doc, its weight in its turn's vector

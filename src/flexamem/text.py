@@ -257,6 +257,18 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(content_words(text)))
 
 
+# How a question refers to the one who asks it and to the one it is asked of (words() drops apostrophes)
+FIRST_PERSON = frozenset(["i", "me", "my", "mine", "myself", "im", "ive"])
+SECOND_PERSON = frozenset(["you", "your", "yours", "yourself", "yourselves", "youre", "youve", "youd", "youll"])
+
+
+def asks_about_asker(text: str) -> bool:
+    """Whether a question speaks of its asker ("what did I buy?", "my cousin") without addressing
+    anyone as "you" ("what did you recommend?"): what it asks was said by the asker."""
+    found = set(words(text))
+    return not found.isdisjoint(FIRST_PERSON) and found.isdisjoint(SECOND_PERSON)
+
+
 def joined_query_terms(texts: Sequence[str], terms: Sequence[Sequence[str]]) -> list[str]:
     """``query_terms("\\n".join(texts))`` from each text's own query terms (``terms``): a word never
     spans a line break, and markup spans one only as an image link opened (``![``) in a text before

@@ -100,6 +100,57 @@ def test_neighbours_further_away_are_lifted_by_reach() -> None:
     assert hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=5) == three == [0, 1, 2, 4, 3, 5]
 
 
+def test_a_discounted_turn_is_discounted_after_it_lifts_its_neighbours() -> None:
+    mem = history_mem()
+    h = mem.history
+    scores = np.zeros(h.pieces_count)
+    scores[2] = 1.0  # the refund answer (doc 2)
+    scores[4] = 0.4  # the pottery turn of the next unit
+    scores[5] = -0.2
+    mask = np.array([False, False, True, False, False, True])  # turns 2 and 5 discounted
+    ranked = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1, discount=(mask, 0.3))
+    # doc 2 falls to 0.3, below the pottery turn, but its neighbours keep the 0.5 its own score gives;
+    # doc 5 is lifted by doc 4 (0.2), then discounted (0.06), still above doc 0
+    assert ranked == [1, 3, 4, 2, 5, 0]
+    # a score below 0 is divided (it falls further), and a mask longer than the turns scored is cut
+    long_mask = np.append(mask, [True, True])
+    assert hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, discount=(long_mask, 0.5))[-1] == 5
+    assert hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, discount=None)[:2] == [2, 4]
+
+
+def test_a_question_about_its_asker_ranks_the_askers_words_before_the_assistants() -> None:
+    def ranking(question: str, discount: float) -> list[str | None]:
+        mem = fm.Memory(settings=fm.Settings(auto_assistant_turns=discount))
+        turns = [
+            (
+                "user",
+                "Back from the trip: it was my sister's wedding, in Lisbon, and the food and the music were great.",
+            ),
+            ("assistant", "A wedding in Lisbon! Lisbon weddings are lovely."),
+            ("user", "Thanks. What should I cook tonight?"),
+            ("assistant", "A quick pasta with lemon and garlic."),
+        ]
+        mem.add_session([{"speaker": r, "text": t, "id": f"t{i}"} for i, (r, t) in enumerate(turns)], session_id="a")
+        return [h.turn_id for h in mem.search(question, limit=2)]
+
+    # the assistant's short echo ranks first unless the discount is on ...
+    assert ranking("Whose wedding in Lisbon did I go to?", 1.0) == ["t1", "t0"]
+    assert ranking("Whose wedding in Lisbon did I go to?", 0.4) == ["t0", "t2"]  # t2: lifted by t1
+    # ... and a question to the assistant ("you") is not discounted
+    assert ranking("Which Lisbon wedding did you call lovely?", 0.4) == ["t1", "t0"]
+
+
+def test_the_assistants_turns_are_known_per_turn_and_extended_write_by_write() -> None:
+    mem = fm.Memory()
+    mem.add_session(
+        [{"speaker": "user", "text": "Hello there."}, {"speaker": "Assistant", "text": "Hi! How can I help?"}]
+    )
+    assert mem.history.assistant_turns().tolist() == [False, True]
+    mem.add_session([{"role": "user", "content": "One more."}, {"role": "assistant", "content": "Sure."}])
+    mem.add_session([{"speaker": "Ana", "text": "Two people talking."}, {"speaker": "Ben", "text": "Indeed."}])
+    assert mem.history.assistant_turns().tolist() == [False, True, False, True, False, False]
+
+
 def reference_lift(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach: int) -> np.ndarray:
     """The rule as written: the best of ``neighbour ** d * score`` over the groups with a positive score
     at most ``reach`` away in the same note (d = 0: the group itself)."""

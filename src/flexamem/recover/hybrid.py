@@ -180,13 +180,16 @@ def hybrid_ranking(
     reach: int,
     whole_turns: bool = True,
     group_scores: np.ndarray | None = None,
+    discount: tuple[np.ndarray, float] | None = None,
 ) -> list[int]:
     """Doc ids in rank order (turns together, neighbours up to ``reach`` turns away lifted), cut once the
     ranked pieces hold well over ``room`` tokens (a piece that does not fit is skipped, so some spare
     ones are kept).
     ``neighbour`` and ``reach`` are the caller's settings (``auto_neighbour``, ``auto_neighbour_reach``:
     no default here, so the rule has one home). ``group_scores`` (one per turn, :func:`turn_scores`)
-    replaces a turn's best piece score."""
+    replaces a turn's best piece score. ``discount`` ``(mask, f)``: after the neighbours are lifted, the
+    score of each group the mask marks is multiplied by ``f`` (divided, when it is 0 or below), so a
+    discounted group still lifts its neighbours by its own relevance."""
     limit = len(scores)
     if limit == 0:
         return []
@@ -196,6 +199,9 @@ def hybrid_ranking(
     group_score = np.maximum.reduceat(scores, starts) if group_scores is None else group_scores
     if neighbour > 0 and len(starts) > 1:
         group_score = lifted_neighbours(doc_seq[starts], group_score, neighbour, reach)
+    if discount is not None:
+        mask, f = discount[0][: len(starts)], discount[1]
+        group_score = np.where(mask, np.where(group_score > 0, group_score * f, group_score / f), group_score)
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
     for g in ranked_groups(group_score):

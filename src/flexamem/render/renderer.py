@@ -31,7 +31,7 @@ from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, 
 from flexamem.render import format as fmt
 from flexamem.render.result import Rendering, UnitView
 from flexamem.render.timeline import Entry, Timeline, hide_oldest, total_tokens
-from flexamem.text import stemmed
+from flexamem.text import asks_about_asker, stemmed
 from flexamem.tokens import LineCounts, TokenCounter
 
 Mode = Literal["auto", "units", "pieces"]
@@ -459,8 +459,17 @@ class Renderer:
             whole_turns=options.whole_turns and not agent,
             group_scores=per_turn,
             reach=s.auto_neighbour_reach,
+            discount=self._assistant_discount(query, options),
         )
         return ranked, scores
+
+    def _assistant_discount(self, query: Query, options: RenderOptions) -> tuple[np.ndarray, float] | None:
+        """Readers' ``auto``: the assistant's turns and ``auto_assistant_turns`` for a question about its
+        asker (``hybrid_ranking``'s ``discount``), else None."""
+        f = self.settings.auto_assistant_turns
+        if f >= 1 or query.agent or not options.whole_turns or not asks_about_asker(query.text):
+            return None
+        return self.history.assistant_turns(), f
 
     # -- shared ------------------------------------------------------------------------------------
     def _cut(self, text: str, allowance: int) -> tuple[str, int]:
