@@ -57,5 +57,6 @@ def test_a_question_about_its_asker_says_i_or_my_and_addresses_no_one() -> None:
     assert asks_about_asker("How many days did I spend in Rome?")
     assert not asks_about_asker("What did you recommend to me last week?")  # asks what the other said
     assert not asks_about_asker("Can you remind me of my plan?")
+    assert not asks_about_asker("Which recipe did I get from the assistant?")  # names the other party
     assert not asks_about_asker("When did Caroline go to the support group?")  # no one's own words
     assert not asks_about_asker("")

@@ -142,8 +142,8 @@ class Settings:
     answer string does not move (docs/CALIBRATION.md). Histories of many-topic sessions may set it."""
 
     auto_assistant_turns: float = 0.4
-    """``auto`` for readers: for a question about its asker (it says "I" or "my" and addresses no one as
-    "you": :func:`flexamem.text.asks_about_asker`), the score of every turn whose speaker is
+    """``auto`` for readers: for a question about its asker (it says "I" or "my" and neither addresses
+    nor names the other party, "you", "the assistant": :func:`flexamem.text.asks_about_asker`), the score of every turn whose speaker is
     ``assistant`` is multiplied by this (after the neighbours are lifted, so such a turn still brings
     its neighbours), and what the asker said about themselves is shown before the assistant's longer
     answers around it. 1.0: no discount. Every fold chooses 0.4 out of fold on evidence (LongMemEval

@@ -259,14 +259,17 @@ def query_terms(text: str) -> list[str]:
 
 # How a question refers to the one who asks it and to the one it is asked of (words() drops apostrophes)
 FIRST_PERSON = frozenset(["i", "me", "my", "mine", "myself", "im", "ive"])
-SECOND_PERSON = frozenset(["you", "your", "yours", "yourself", "yourselves", "youre", "youve", "youd", "youll"])
+OTHER_PARTY = frozenset(
+    ["you", "your", "yours", "yourself", "yourselves", "youre", "youve", "youd", "youll", "assistant"]
+)
 
 
 def asks_about_asker(text: str) -> bool:
-    """Whether a question speaks of its asker ("what did I buy?", "my cousin") without addressing
-    anyone as "you" ("what did you recommend?"): what it asks was said by the asker."""
+    """Whether a question speaks of its asker ("what did I buy?", "my cousin") without addressing or
+    naming the other party ("what did you recommend?", "what did the assistant say?"): what it asks
+    was said by the asker."""
     found = set(words(text))
-    return not found.isdisjoint(FIRST_PERSON) and found.isdisjoint(SECOND_PERSON)
+    return not found.isdisjoint(FIRST_PERSON) and found.isdisjoint(OTHER_PARTY)
 
 
 def joined_query_terms(texts: Sequence[str], terms: Sequence[Sequence[str]]) -> list[str]:
