@@ -144,12 +144,12 @@ class Settings:
     auto_assistant_turns: float = 0.4
     """``auto`` for readers: for a question about its asker (it says "I" or "my" and neither addresses
     nor names the other party, "you", "the assistant": :func:`flexamem.text.asks_about_asker`), the
-    score of every turn whose speaker is ``assistant`` is multiplied by this (after the neighbours are lifted, so such a turn still brings
-    its neighbours), and what the asker said about themselves is shown before the assistant's longer
-    answers around it. 1.0: no discount. Every fold chooses 0.4 out of fold on evidence (LongMemEval
-    dev + dev2 +4.3 / +4.1 / +2.0 / +0.5 points at 4k-32k; LoCoMo, whose speakers are named, unchanged);
-    the answer-string folds keep 1.0 for one question whose evidence is all shown either way
-    (docs/CALIBRATION.md)."""
+    score of every turn whose speaker is ``assistant`` is multiplied by this (after the neighbours are
+    lifted, so such a turn still brings its neighbours), and what the asker said about themselves is
+    shown before the assistant's longer answers around it. 1.0: no discount. Every fold chooses 0.4
+    out of fold on evidence (LongMemEval dev + dev2 +4.3 / +4.1 / +2.0 / +0.5 points at 4k-32k; LoCoMo,
+    whose speakers are named, unchanged); the answer-string folds keep 1.0 for one question whose
+    evidence is all shown either way (docs/CALIBRATION.md)."""
 
     auto_long_turn: float = 0.5
     """``auto`` for readers: a turn is shown whole or not at all, except one longer than this share of
