@@ -38,6 +38,7 @@ class History:
         # them), the turn each piece belongs to, and a BM25 index over stemmed words
         self._piece_matrix = np.zeros((16, dim), dtype=np.float32)
         self.piece_vector_ready: list[bool] = []
+        self.first_piece_vector: int | None = None  # the first doc written with a vector of its own
         self.turn_start: list[bool] = []  # doc begins a new turn (or block) of its note
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self._code_index = BM25Index()  # same docs, over names of code (built when first asked for)
@@ -125,6 +126,8 @@ class History:
         ready = note.piece_vectors is not None and len(note.piece_vectors) == count
         self._piece_matrix[start : start + count] = note.piece_vectors if ready else note.embedding
         self.piece_vector_ready.extend([ready] * count)
+        if ready and self.first_piece_vector is None:
+            self.first_piece_vector = start
         if ready and self._doc_of_text is not None:
             for i, piece in enumerate(note.pieces):
                 self._doc_of_text.setdefault(hash(piece.text), start + i)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import flexamem as fm
-from flexamem.recover.hybrid import hybrid_ranking, hybrid_scores
+from flexamem.recover.hybrid import hybrid_parts, hybrid_ranking, hybrid_scores
 from flexamem.text import content_words, stemmed
 
 
@@ -256,6 +256,14 @@ def test_units_over_the_limit_or_written_without_vectors_use_their_embedding() -
     assert not any(off.history.piece_vector_ready)
     r = off.render("Which card got the hotel refund?", 70)  # auto still renders, BM25 + unit cosines
     assert "Visa ending 4417" in r.text
+    # with no vector of their own among the pieces scored, the cosines are read per note (not from the
+    # piece matrix of copies), with the same values
+    qv = mem.embedder.embed(["hotel refund"])[0]
+    for history, n in ((off.history, 2), (h, 1), (h, 2)):
+        _, cos = hybrid_parts(history, ["hotel"], lambda: qv, n, dense=True)
+        limit = history.doc_of[n] if n < len(history.doc_of) else history.pieces_count
+        assert cos is not None and np.allclose(cos, history.piece_matrix[:limit] @ qv, atol=1e-6)
+    assert off.history.first_piece_vector is None and h.first_piece_vector == 4
 
 
 def test_auto_is_the_default_and_shows_the_answer_with_its_question() -> None:
@@ -326,7 +334,7 @@ def test_ranked_groups_match_a_full_stable_sort() -> None:
 
 
 def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_flat_one() -> None:
-    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     h = mem.history
@@ -353,7 +361,7 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
     pieces within the first TURN_HEAD tokens), computed here from the pieces independently."""
     from flexamem import history as history_module
     from flexamem.history import TURN_HEAD, History
-    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
@@ -390,7 +398,7 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
 def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
     """``auto_turn_length``: a turn longer than ``long_from`` tokens (``auto_turn_room`` of the room) has
     its score times ``(long_from / tokens) ** length`` (divided when negative); shorter turns keep theirs."""
-    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
@@ -438,7 +446,7 @@ def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
     in a session about the question then outranks a like-sounding turn in a session about another thing."""
     from flexamem import history as history_module
     from flexamem.history import History
-    from flexamem.recover.hybrid import hybrid_parts, turn_scores
+    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     garden = ["I planted tomato seedlings in the raised bed.", "They need water every morning.",

@@ -74,9 +74,10 @@ def hybrid_parts(
             bm += code * exact / float(exact.max())
     if not dense:
         return bm, None
-    if piece_vectors:
+    first = history.first_piece_vector
+    if piece_vectors and first is not None and first < limit:
         cos = history.piece_matrix[:limit] @ vector()
-    else:
+    else:  # no piece among them has a vector of its own: each one's cosine is its note's, read per note
         unit_cos = history.embeddings[:n] @ vector()
         cos = unit_cos[history.doc_arrays()[0][:limit]]
     return bm, cos.astype(np.float64)
