@@ -167,8 +167,14 @@ def turn_scores(
     out: np.ndarray = a * best_bm + (1.0 - a) * turn_cos
     if length > 0 and long_from > 0:
         sizes = history.turn_tokens()[: len(starts)]  # the turns of the docs scored (whole notes)
-        keep = np.minimum(1.0, long_from / np.maximum(sizes, 1.0)) ** length
-        out = np.where(out > 0, out * keep, out / keep)
+        out = discounted(out, np.minimum(1.0, long_from / np.maximum(sizes, 1.0)) ** length)
+    return out
+
+
+def discounted(scores: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Each score times its ``keep`` (in (0, 1]) when above 0, divided by it otherwise, so a discount
+    lowers a negative score too (the long-turn and the assistant-turn discounts)."""
+    out: np.ndarray = np.where(scores > 0, scores * keep, scores / keep)
     return out
 
 
@@ -201,8 +207,7 @@ def hybrid_ranking(
     if neighbour > 0 and len(starts) > 1:
         group_score = lifted_neighbours(doc_seq[starts], group_score, neighbour, reach)
     if discount is not None:
-        mask, f = discount[0][: len(starts)], discount[1]
-        group_score = np.where(mask, np.where(group_score > 0, group_score * f, group_score / f), group_score)
+        group_score = discounted(group_score, np.where(discount[0][: len(starts)], discount[1], 1.0))
     out: list[int] = []
     used, cap = 0, 3 * room + 2048
     for g in ranked_groups(group_score):
