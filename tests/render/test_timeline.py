@@ -1,5 +1,8 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
 import flexamem as fm
-from flexamem.render.timeline import GROUP, Entry, next_group, total_tokens
+from flexamem.render.timeline import GROUP, Entry, MergePlan, level_counts, next_group, total_tokens
 
 
 def many_sessions(mem: fm.Memory, n: int) -> None:
@@ -31,6 +34,41 @@ def test_groups_are_oldest_first_lowest_level_and_aligned() -> None:
     entries = [e(0, 3, 1), e(4, 7, 1), e(8, 8, 0)]
     assert next_group(entries) == (0, 2)  # one record left: merge merged records
     assert next_group([e(0, 7, 2), e(8, 8, 0)]) is None
+
+
+def timeline_of(levels: list[int]) -> list[Entry]:
+    """Entries of the given levels, oldest first, each spanning ``GROUP ** level`` notes."""
+    entries, first = [], 0
+    for level in levels:
+        entries.append(Entry(first, first + GROUP**level - 1, level, "x", 1))
+        first += GROUP**level
+    return entries
+
+
+@given(st.lists(st.integers(0, 4), max_size=60))
+def test_counted_plan_merges_as_the_rule_does(levels: list[int]) -> None:
+    """A plan of a timeline whose levels never rise finds each group from its counts per level: the
+    same groups, in the same order, as reading every entry (next_group), down to nothing to merge."""
+    entries = timeline_of(sorted(levels, reverse=True))
+    plan = MergePlan(list(entries), [0], [], level_counts(entries))
+    assert plan.counts is not None
+    while True:
+        group = plan.next_group()
+        assert group == next_group(plan.state)
+        if group is None:
+            break
+        start, stop = group
+        merged = Entry(plan.state[start].first, plan.state[stop - 1].last, plan.state[start].level + 1, "m", 1)
+        plan.replace(start, stop, merged)
+        assert plan.counts == level_counts(plan.state)  # still never rising, counts kept exact
+    assert len(plan.state) <= len(set(levels)) + 1
+
+
+def test_a_timeline_whose_levels_rise_is_read_entry_by_entry() -> None:
+    entries = timeline_of([0, 1, 1, 0])
+    assert level_counts(entries) is None
+    plan = MergePlan(list(entries), [0], [], None)
+    assert plan.next_group() == next_group(entries) == (1, 3)
 
 
 def test_merges_fit_target_and_are_written_once() -> None:
