@@ -158,15 +158,23 @@ class History:
 
     def doc_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(note seq of each doc, whether each doc begins a turn, identifier words in each doc)`` as
-        numpy arrays (cached)."""
+        numpy arrays (cached, extended with the docs: a doc's values never change)."""
         cached = self._doc_arrays
-        if cached is None or len(cached[0]) != len(self.piece_of):
-            seqs = np.fromiter((s for s, _ in self.piece_of), dtype=np.int64, count=len(self.piece_of))
-            cached = self._doc_arrays = (
-                seqs,
-                np.asarray(self.turn_start, dtype=bool),
-                np.asarray(self.identifiers, dtype=np.float64),
+        done = 0 if cached is None else len(cached[0])
+        if cached is None or done != len(self.piece_of):
+            tail = self.piece_of[done:]
+            new = (
+                np.fromiter((s for s, _ in tail), dtype=np.int64, count=len(tail)),
+                np.asarray(self.turn_start[done:], dtype=bool),
+                np.asarray(self.identifiers[done:], dtype=np.float64),
             )
+            if cached is not None:
+                new = (
+                    np.concatenate([cached[0], new[0]]),
+                    np.concatenate([cached[1], new[1]]),
+                    np.concatenate([cached[2], new[2]]),
+                )
+            cached = self._doc_arrays = new
             self._turn_starts = np.flatnonzero(cached[1])
         return cached
 

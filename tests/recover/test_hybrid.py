@@ -438,6 +438,26 @@ def test_turn_sizes_are_kept_per_history_and_extended_write_by_write() -> None:
     assert History.from_notes(h.notes, h.dim).turn_tokens().tolist() == want
 
 
+def test_doc_arrays_are_extended_write_by_write_as_if_loaded_at_once() -> None:
+    """``History.doc_arrays`` (each doc's note, turn start and identifier words) read before a write
+    are extended by the write's docs, not rebuilt, and equal those of the history loaded at once."""
+    from flexamem.history import History
+
+    mem = history_mem()
+    h = mem.history
+    before = [a.copy() for a in h.doc_arrays()]
+    mem.add_session([{"speaker": "Ana", "text": "Order A-1234 shipped.\nTracking ZX-99887."},
+                     {"speaker": "Ben", "text": "Thanks."}], session_id="s3")  # fmt: skip
+    after = h.doc_arrays()
+    loaded = History.from_notes(h.notes, h.dim).doc_arrays()
+    assert len(after[0]) == h.pieces_count > len(before[0])
+    for got, want, old in zip(after, loaded, before, strict=True):
+        assert got.tolist() == want.tolist()
+        assert got[: len(old)].tolist() == old.tolist()
+    assert after[0][-1] == len(h.notes) - 1 and after[2][len(before[0]) :].sum() >= 2  # the new note's ids
+    assert h.turn_starts(h.pieces_count).tolist() == np.flatnonzero(loaded[1]).tolist()
+
+
 def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
