@@ -17,6 +17,50 @@ def test_words_drop_apostrophes_exactly_as_the_reference(text: str) -> None:
     assert words(text) == reference_words(text)
 
 
+@settings(max_examples=1000)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "a",
+                "B",
+                "z",
+                "Q",
+                "1",
+                "9",
+                "_",
+                "'",
+                " ",
+                "-",
+                "\n",
+                "\t",
+                "\x1c",
+                "\x0b",
+                "<b>",
+                "<",
+                ">",
+                "&amp;",
+                "&",
+                "http://x.io/a'b",
+                "https",
+                "![i](u)",
+                "!",
+                "[",
+                "~",
+                "\x7f",
+                "'s",
+                "n't",
+            ]
+        ),
+        max_size=40,
+    ).map("".join)
+)
+def test_ascii_words_are_those_of_the_word_pattern(text: str) -> None:
+    """ASCII text takes the byte-translation path; its words are the pattern's (the reference)."""
+    assert text.isascii()
+    assert words(text) == reference_words(text)
+
+
 def test_identifiers_are_long_words_with_a_digit() -> None:
     assert [w for w in ["4417", "a1", "h7k2p", "flight", "abc9", "2024-05"] if is_identifier(w)] == [
         "4417",
