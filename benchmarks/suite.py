@@ -222,6 +222,11 @@ def render_size(conversations: list[Conversation], size: int, questions: list[st
             )
             if budget == 4096:
                 summary.append(f"| {size:,} | {mode} | {p50:.2f} | {p95:.2f} |")
+    after, again = after_write(path, conversations, list(zip(questions, vectors, strict=True))[:10])
+    print(
+        f"\nauto at 4k right after a write of one session (a copy of the history, {len(after)} rounds): "
+        f"p50 {statistics.median(after):.2f} ms; the same render again: {statistics.median(again):.2f} ms"
+    )
     # BM25 piece ranking beside bm25s over the same pieces, the same words, top 100
     import bm25s
 
@@ -237,6 +242,29 @@ def render_size(conversations: list[Conversation], size: int, questions: list[st
     )
     mem.close()
     return summary
+
+
+def after_write(
+    path: Path, conversations: list[Conversation], pairs: list[tuple[str, np.ndarray]]
+) -> tuple[list[float], list[float]]:
+    """On a copy of the history: per question, one session written (not timed), then ``auto`` at 4k
+    rendered twice: the first render after the write (the timeline and the doc arrays take the new
+    note) and the same render again (ms each)."""
+    import shutil
+    import tempfile
+
+    after, again = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        with fm.Memory(copy, settings=fm.Settings(one_unit_per_session=True, piece_vectors=False)) as mem:
+            sessions = varied_sessions(conversations, seed=len(pairs))
+            mem.render(pairs[0][0], 4096, query_vector=pairs[0][1])  # opened and read
+            for i, (q, v) in enumerate(pairs):
+                mem.add_sessions([dict(next(sessions), session_id=f"after-write/{i}")])
+                after.append(timed(mem.render, q, 4096, query_vector=v)[0])
+                again.append(timed(mem.render, q, 4096, query_vector=v)[0])
+    return after, again
 
 
 def _bm25s_index(bm25s: Any, corpus: list[list[str]]) -> Any:
