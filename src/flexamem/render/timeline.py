@@ -252,8 +252,8 @@ class MergePlan:
 def level_counts(entries: Sequence[Entry]) -> dict[int, int] | None:
     """Entries per level, when no level rises from the oldest entry to the newest; else None."""
     counts: dict[int, int] = {}
-    for before, entry in zip([None, *entries], entries):
-        if before is not None and entry.level > before.level:
+    for i, entry in enumerate(entries):
+        if i and entry.level > entries[i - 1].level:
             return None
         counts[entry.level] = counts.get(entry.level, 0) + 1
     return counts
