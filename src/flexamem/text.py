@@ -252,7 +252,7 @@ def words(text: str) -> list[str]:
     apostrophe between two word characters joins them ("don't" -> "dont")."""
     if "<" in text or "&" in text or "http" in text or "![" in text:  # what markup needs to match
         text = _MARKUP.sub(" ", text)
-    if text.isascii():  # the bulk of a history's load: ~4x faster than the pattern (docs/PERFORMANCE.md)
+    if text.isascii():  # the bulk of a history's load: ~3x faster than the pattern (docs/PERFORMANCE.md)
         if "'" in text:
             text = _ASCII_JOINING_APOSTROPHE.sub("", text)
         return text.encode().translate(_ASCII_WORD_BYTES).decode().split()
