@@ -88,6 +88,9 @@ def varied_sessions(conversations: list[Conversation], seed: int) -> Iterator[di
         rep += 1
 
 
+BENCH_SETTINGS = fm.Settings(one_unit_per_session=True, piece_vectors=False)  # how bench histories are written
+
+
 def bench_history(conversations: list[Conversation], size: int) -> tuple[Path, dict[str, Any]]:
     """The cached SQLite file of a ~``size``-token varied history, built when missing."""
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -96,8 +99,7 @@ def bench_history(conversations: list[Conversation], size: int) -> tuple[Path, d
     if path.exists() and marker.exists():
         return path, json.loads(marker.read_text())
     path.unlink(missing_ok=True)
-    settings = fm.Settings(one_unit_per_session=True, piece_vectors=False)
-    mem = fm.Memory(path, settings=settings)
+    mem = fm.Memory(path, settings=BENCH_SETTINGS)
     counter, source = fm.counter(), varied_sessions(conversations, seed=size)
     tokens, units, start = 0, 0, time.perf_counter()
     while tokens < size:
@@ -257,7 +259,7 @@ def after_write(
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / path.name
         shutil.copyfile(path, copy)
-        with fm.Memory(copy, settings=fm.Settings(one_unit_per_session=True, piece_vectors=False)) as mem:
+        with fm.Memory(copy, settings=BENCH_SETTINGS) as mem:
             sessions = varied_sessions(conversations, seed=len(pairs))
             mem.render(pairs[0][0], 4096, query_vector=pairs[0][1])  # opened and read
             for i, (q, v) in enumerate(pairs):

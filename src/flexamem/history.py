@@ -43,7 +43,7 @@ class History:
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self._code_index = BM25Index()  # same docs, over names of code (built when first asked for)
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
-        self._doc_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._doc_arrays = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0))  # see doc_arrays
         self._turn_starts = np.zeros(0, dtype=np.int64)  # doc ids that begin a turn, as doc_arrays last saw them
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
         self._floors: dict[int, list[int]] = {}  # per omission-mark size: each piece's least cost
@@ -159,24 +159,17 @@ class History:
     def doc_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(note seq of each doc, whether each doc begins a turn, identifier words in each doc)`` as
         numpy arrays (cached, extended with the docs: a doc's values never change)."""
-        cached = self._doc_arrays
-        done = 0 if cached is None else len(cached[0])
-        if cached is None or done != len(self.piece_of):
-            tail = self.piece_of[done:]
-            new = (
-                np.fromiter((s for s, _ in tail), dtype=np.int64, count=len(tail)),
-                np.asarray(self.turn_start[done:], dtype=bool),
-                np.asarray(self.identifiers[done:], dtype=np.float64),
+        seqs, starts, ids = self._doc_arrays
+        done = len(seqs)
+        if done < len(self.piece_of):
+            new_starts = np.asarray(self.turn_start[done:], dtype=bool)
+            self._doc_arrays = (
+                np.concatenate([seqs, np.fromiter((s for s, _ in self.piece_of[done:]), dtype=np.int64)]),
+                np.concatenate([starts, new_starts]),
+                np.concatenate([ids, np.asarray(self.identifiers[done:], dtype=np.float64)]),
             )
-            if cached is not None:
-                new = (
-                    np.concatenate([cached[0], new[0]]),
-                    np.concatenate([cached[1], new[1]]),
-                    np.concatenate([cached[2], new[2]]),
-                )
-            cached = self._doc_arrays = new
-            self._turn_starts = np.flatnonzero(cached[1])
-        return cached
+            self._turn_starts = np.concatenate([self._turn_starts, done + np.flatnonzero(new_starts)])
+        return self._doc_arrays
 
     def turn_starts(self, limit: int) -> np.ndarray:
         """The doc ids below ``limit`` that begin a turn (or block): ``flatnonzero(turn_start[:limit])``,

@@ -236,15 +236,12 @@ STOP_WORDS = frozenset(
 
 _MARKUP = re.compile(r"<[^>\n]{1,200}>|&[a-z]+;|https?://\S+|!\[[^\]]*\]\([^)]*\)")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
-_JOINING_APOSTROPHE = re.compile(r"(?<=[^\W_])['’](?=[^\W_])")
-
-
-# ASCII text (most of it) is split by one translation of its bytes instead of the word pattern: letters
-# lowered, digits kept, every other byte a space, once the apostrophes that join two word characters
-# are dropped (found from the apostrophe: a pattern that starts with a literal is searched for fast).
-# The same words as the pattern: tests/test_text.py.
-_ASCII_WORD_BYTES = bytes(c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256))
-_ASCII_JOINING_APOSTROPHE = re.compile(r"'(?<=[A-Za-z0-9]')(?=[A-Za-z0-9])")
+# an apostrophe between two word characters, found from the apostrophe (a pattern that starts with a
+# character set is scanned for fast; one that starts with a lookbehind is tried at every position)
+_JOINING_APOSTROPHE = re.compile(r"['’](?<=[^\W_]['’])(?=[^\W_])")
+# lower-cased ASCII text (most of it) is split by one translation of its bytes instead of the word
+# pattern: digits and letters kept, every other byte a space. The same words: tests/test_text.py.
+_ASCII_WORD_BYTES = bytes(c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256))
 
 
 def words(text: str) -> list[str]:
@@ -252,13 +249,11 @@ def words(text: str) -> list[str]:
     apostrophe between two word characters joins them ("don't" -> "dont")."""
     if "<" in text or "&" in text or "http" in text or "![" in text:  # what markup needs to match
         text = _MARKUP.sub(" ", text)
-    if text.isascii():  # the bulk of a history's load: ~3x faster than the pattern (docs/PERFORMANCE.md)
-        if "'" in text:
-            text = _ASCII_JOINING_APOSTROPHE.sub("", text)
-        return text.encode().translate(_ASCII_WORD_BYTES).decode().split()
     text = text.lower()
-    if "'" in text or "’" in text:  # an apostrophe between word characters joins them: drop it first
+    if "'" in text or "’" in text:
         text = _JOINING_APOSTROPHE.sub("", text)
+    if text.isascii():  # the bulk of a history's load: ~3x faster than the pattern (docs/PERFORMANCE.md)
+        return text.encode().translate(_ASCII_WORD_BYTES).decode().split()
     return _WORD.findall(text)
 
 

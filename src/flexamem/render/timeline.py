@@ -250,7 +250,9 @@ class MergePlan:
 
 
 def level_counts(entries: Sequence[Entry]) -> dict[int, int] | None:
-    """Entries per level, when no level rises from the oldest entry to the newest; else None."""
+    """Entries per level, when no level rises from the oldest entry to the newest; else None (an agent's
+    timeline restored with a merged record that was never stored holds that span's records in its
+    place, :meth:`Timeline.restore`: such a plan reads its entries one by one, by :func:`next_group`)."""
     counts: dict[int, int] = {}
     for i, entry in enumerate(entries):
         if i and entry.level > entries[i - 1].level:
