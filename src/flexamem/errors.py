@@ -20,6 +20,12 @@ class NotFoundError(InvalidInputError):
     (HTTP 404). An :class:`InvalidInputError`, as the same call on a local ``Memory`` raises."""
 
 
+class RequestConflictError(InvalidInputError):
+    """A request id (HTTP ``Idempotency-Key``) already names another write of this history: the same id
+    with a different body is refused (HTTP 409), as payment APIs do; the same body again is a no-op that
+    answers the first write's ids. Nothing of the refused write is stored."""
+
+
 class UnauthorizedError(FlexaMemError):
     """No API key, or a key no tenant of the server holds (HTTP 401)."""
 
