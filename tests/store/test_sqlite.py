@@ -138,9 +138,10 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
     s = SQLiteStore(path)
     assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert s.load_merged("h") == [MergedRecord(0, 3, 1, "old merged text", 3, "rule", False)]
-    assert [(r.n, json.loads(r.data)["action"]) for r in s.load_steps("agent:a")] == [(0, "a0"), (1, "a1")]
-    assert s.get_state("agent:a", "steps") is None  # moved, not copied
-    assert s.sessions("default") == ["agent:a"] and s.sessions("h") == []  # v6 names each session's history
+    # schema 1 named a session agent:<id> whatever memory started it; the store's one history's did (issue 48)
+    assert [(r.n, json.loads(r.data)["action"]) for r in s.load_steps("h/agent:a")] == [(0, "a0"), (1, "a1")]
+    assert s.get_state("h/agent:a", "steps") is None  # moved, not copied
+    assert s.sessions("h") == ["h/agent:a"] and s.sessions("default") == []  # v6 names each session's history
     with pytest.raises(fm.WriteOnceError), s._write() as db:
         db.execute("UPDATE steps SET data = 'x'")
     with pytest.raises(fm.WriteOnceError), s._write() as db:

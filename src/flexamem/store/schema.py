@@ -3,7 +3,12 @@ version n runs migrations n.. in order (SQLite keeps n in ``PRAGMA user_version`
 ``flexamem_migrations`` table). Each migration says what it does in both dialects; PostgreSQL's text is
 empty where its first migration already holds the change (it started at what SQLite's third has).
 
-Never edit a shipped migration; append a new one.
+Never edit a shipped migration; append a new one. Where a shipped migration alone gets the data of an
+older database wrong, a corrective step (``SQLITE_CORRECTIONS``) runs just before it, only for
+databases written at a version before it: schemas 1 and 2 named agent sessions ``agent:<id>`` whatever
+history started them, and migrations 3 and 6 filed them all under the default history (issue 48; see
+``_SQLITE_LEGACY_SESSIONS``). Stores written by every released schema are kept as upgrade fixtures
+(``tests/fixtures/stores``, ``tests/store/test_upgrade.py``).
 """
 
 from __future__ import annotations
@@ -153,6 +158,52 @@ _SQLITE: list[str] = [
     CREATE INDEX histories_by_parent ON histories (parent);
     """,
 ]
+# Before migration 3, only on a store written by schema 1 or 2 (SQLite only: PostgreSQL's first schema is
+# the shared v3). Schemas 1 and 2 named every agent session ``agent:<id>`` whatever history's memory
+# started it (sessions were the store's, not a history's). Migration 3 scoped sessions by history
+# (``<history>/agent:<id>``, ``agent:<id>`` under the default history) and migration 6 names each one's
+# parent from that form, so every older session fell under the default history: the memory that started
+# it no longer listed it, and resuming it from there failed with "no stored agent session" (issue 48).
+# Which memory started a session was never stored. When the store holds exactly one conversation
+# history and it is not the default one, that history's memory is taken to have started them (the only
+# other candidate, the default memory, would then have written nothing of its own): each session moves
+# under it, renamed ``<history>/agent:<id>`` in every table (rows moved, not changed; the write-once
+# triggers of schema 1 are dropped for the move and created again as they were), so migration 6 makes
+# that history its parent. Otherwise (no conversation history, the default one, or several) nothing
+# says which memory started them, and they stay under the default history, as before.
+_SQLITE_LEGACY_SESSIONS = (
+    """
+    CREATE TEMP TABLE flexamem_moved AS
+        SELECT a.id AS old, o.id || '/' || a.id AS new FROM histories AS a, histories AS o
+        WHERE a.kind = 'agent' AND substr(a.id, 1, 6) = 'agent:' AND o.kind <> 'agent' AND o.id <> 'default'
+            AND (SELECT count(*) FROM histories WHERE kind <> 'agent') = 1
+            AND NOT EXISTS (SELECT 1 FROM histories AS t WHERE t.id = o.id || '/' || a.id);
+    INSERT INTO histories (id, kind, meta, created_at)
+        SELECT m.new, h.kind, h.meta, h.created_at FROM histories AS h JOIN flexamem_moved AS m ON m.old = h.id;
+    """
+    + "".join(f"DROP TRIGGER {t}_no_update;\n" for t in _IMMUTABLE)
+    + "".join(
+        f"""
+    UPDATE {t} SET history_id = (SELECT new FROM flexamem_moved WHERE old = {t}.history_id)
+        WHERE history_id IN (SELECT old FROM flexamem_moved);
+    """
+        for t in (*_IMMUTABLE, "piece_vectors", "llm_calls", "state")
+    )
+    + """
+    DELETE FROM histories WHERE id IN (SELECT old FROM flexamem_moved);
+    DROP TABLE temp.flexamem_moved;
+    """
+    + "".join(
+        f"""
+    CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    """
+        for t in _IMMUTABLE
+    )
+)
+# corrective steps: run just before migration index n, only on a database written at an older version
+# (never on a new one); each says above why the migrations alone get such a database wrong
+SQLITE_CORRECTIONS: dict[int, str] = {2: _SQLITE_LEGACY_SESSIONS}
 _POSTGRES_FIRST = """
     CREATE TABLE histories (
         id TEXT PRIMARY KEY, kind TEXT NOT NULL, meta TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL

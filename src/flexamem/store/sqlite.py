@@ -25,7 +25,7 @@ from flexamem.errors import (
     StoreUnavailableError,
     WriteOnceError,
 )
-from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
+from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION, SQLITE_CORRECTIONS
 from flexamem.store.sql import SQLStore
 
 
@@ -91,18 +91,23 @@ class SQLiteStore(SQLStore):
         return version
 
     def _migrate(self) -> None:
-        """Bring the schema to ``SCHEMA_VERSION``. The version is read again after taking the write lock,
-        so processes and threads opening a new file together migrate it once (the others wait, then
-        find it done)."""
+        """Bring the schema to ``SCHEMA_VERSION``, in one transaction. The version is read again after
+        taking the write lock, so processes and threads opening a new file together migrate it once (the
+        others wait, then find it done). A database an older version wrote (not a new one) also gets the
+        corrective steps of the migrations it runs (``SQLITE_CORRECTIONS``: agent sessions of schemas 1
+        and 2 filed under the history that started them)."""
         version = self._version()
         if version == SCHEMA_VERSION:
             return
         if self.read_only:
             raise ReadOnlyStoreError(f"database schema v{version} needs migrating, but it is open read-only")
         with self._write():
-            for n in range(self._version(), SCHEMA_VERSION):
-                for statement in split_sql(MIGRATIONS[n].sqlite):
-                    self.db.execute(statement)
+            start = self._version()
+            for n in range(start, SCHEMA_VERSION):
+                steps = [SQLITE_CORRECTIONS[n]] if start > 0 and n in SQLITE_CORRECTIONS else []
+                for script in (*steps, MIGRATIONS[n].sqlite):
+                    for statement in split_sql(script):
+                        self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
