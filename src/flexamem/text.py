@@ -398,3 +398,57 @@ def clean_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
     if not allow_empty and not text.strip():
         raise InvalidInputError(f"{what} is empty or whitespace only")
     return text
+
+
+# -- what a render may show of stored text (docs/RENDERING.md, "Structure no stored text can forge") --
+# characters that act on a terminal or a reader rather than being read: C0 controls but tab and line
+# feed, DEL, C1 controls (NEL among them), bidi marks, embeddings, overrides and isolates, the line and
+# paragraph separators and the byte-order mark; and ``<|``, which opens every special-token string
+# (``<|endoftext|>``, ``<|im_start|>``, ``<|eot_id|>`` ...)
+UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]|<\|")
+LINE_BREAKS = re.compile(r"[\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+SPEAKER_FORBIDDEN = ("[", "]", "·", "│", ": ")  # a speaker holding one could pose as a header, a label or a turn
+
+
+def visible(ch: str) -> str:
+    """How a render shows one unsafe character (or ``<|``): a C0 control as its Unicode control
+    picture (ESC -> ␛, BEL -> ␇), DEL as ␡, ``<|`` as ``<\\|``, any other as ``<U+XXXX>``: inert, and
+    still there to be seen."""
+    if ch == "<|":
+        return "<\\|"
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)
+    if code == 0x7F:
+        return "\u2421"
+    return f"<U+{code:04X}>"
+
+
+def inert(text: str) -> str:
+    """``text`` with every unsafe character (and ``<|``) shown by :func:`visible`; unchanged (the same
+    object) when it holds none, the common case."""
+    if UNSAFE.search(text) is None:
+        return text
+    return UNSAFE.sub(lambda m: visible(m.group()), text)
+
+
+def clean_field(value: Any, what: str, *, speaker: bool = False) -> str:
+    """A one-line field a render shows in its structure (a speaker, an actor, a date, a session or
+    turn id), stripped, or :class:`InvalidInputError`: no line break and no control, bidi or
+    special-token text; a speaker (or actor) also holds none of ``[ ] · │ ": "``, does not begin with
+    ``(`` and does not end with ``:``, so that no speaker can pose as a header, a label or another turn."""
+    text = clean_text(value, what).strip()
+    if LINE_BREAKS.search(text):
+        raise InvalidInputError(f"{what} spans several lines")
+    bad = UNSAFE.search(text)
+    if bad is not None:
+        raise InvalidInputError(f"{what} holds {visible(bad.group())!r}, a control or special-token text")
+    if speaker:
+        held = [s for s in SPEAKER_FORBIDDEN if s in text]
+        if held or text.startswith("(") or text.endswith(":"):
+            shown = held[0] if held else "(" if text.startswith("(") else ":"
+            raise InvalidInputError(
+                f"{what} {text[:60]!r} holds {shown!r}: a speaker may not hold [ ] · │ or ': ', begin with '('"
+                " or end with ':' (it would read as the memory's own structure)"
+            )
+    return text

@@ -127,7 +127,7 @@ def select_pieces(
         if not present:
             key = ("group-header", seq)
             if key not in history.token_cache:
-                history.token_cache[key] = counter.count(f"[u{seq + 1} · {fmt.when(note)}]")
+                history.token_cache[key] = counter.count(fmt.group_header(note))
             c += history.token_cache[key] + 1
         return c
 

@@ -7,16 +7,57 @@
 (…)                                                 omitted text between pieces
 [u5 · 9 June 2023 · raw]                            a unit shown as raw text
 Caroline: verbatim raw text ...
+│its next line                                       a turn's (or a step's) next lines: marked
+
+No stored text can pose as this structure (docs/RENDERING.md): a line of the render begins with ``[``
+or ``(…`` (the structure above), with a turn's or a step's first line (``Speaker: ...``, ``[step N]
+actor: ...``; speakers and actors are checked when written, ``text.clean_field``), or with
+``CONTINUATION`` (every further line of stored text); fields shown inside a header cannot close it
+(``field``); control, bidi and special-token characters are shown inert (``text.inert``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from flexamem.notes import Note, Piece
+from flexamem.text import inert
 
 OMITTED = "(…)"
 PIECES_HEADER = "[verbatim pieces from the history, grouped by unit in time order]"
+CONTINUATION = "│"  # U+2502: begins every line of stored text after the first line of its turn or step
+_NEXT_LINE = re.compile(r"\n(?=[^\n])")  # a line break before a non-blank line (a blank line forges nothing)
+_FIELD = str.maketrans({"[": "［", "]": "］", "\n": "⏎", "\t": " "})
+
+
+def body(text: str) -> str:
+    """Stored text as a render shows it: inert (``text.inert``), and each further non-blank line begun
+    with ``CONTINUATION``, so no line of it can read as the memory's structure or another turn."""
+    text = inert(text)
+    return _NEXT_LINE.sub("\n" + CONTINUATION, text) if "\n" in text else text
+
+
+def field(text: str) -> str:
+    """A stored field shown inside a header or a label (a date, a unit id, a speaker label): inert, on
+    one line, its square brackets shown as full-width ones so it cannot close the header it sits in."""
+    return inert(text).translate(_FIELD)
+
+
+def shown(note: Note, start: int, end: int) -> str:
+    """``note.raw[start:end]`` as a render shows it: each block (turn, action, output) that begins
+    inside the slice begins a line of its own; every other line is :func:`body`'s."""
+    text = note.raw[start:end]
+    if "\n" not in text:
+        return inert(text)
+    parts, prev = [], 0
+    for block in note.blocks:
+        cut = block.start - start
+        if 0 < cut < len(text):
+            parts.append(body(text[prev : cut - 1]))  # text[cut - 1] is the line break joining the blocks
+            prev = cut
+    parts.append(body(text[prev:]))
+    return "\n".join(parts)
 
 
 def when(note: Note) -> str:
@@ -24,7 +65,7 @@ def when(note: Note) -> str:
     if note.steps:
         a, b = note.steps
         return f"step {a}" if a == b else f"steps {a}-{b}"
-    return note.date or note.unit_id
+    return field(note.date or note.unit_id)
 
 
 def span_when(first: Note, last: Note) -> str:
@@ -35,11 +76,16 @@ def span_when(first: Note, last: Note) -> str:
 
 
 def record_line(note: Note) -> str:
-    return f"[{note.label} · {when(note)}] {note.record}"
+    return f"[{note.label} · {when(note)}] {body(note.record)}"
 
 
 def merged_line(first: Note, last: Note, text: str) -> str:
-    return f"[{first.label}-{last.label} · {span_when(first, last)} · merged] {text}"
+    return f"[{first.label}-{last.label} · {span_when(first, last)} · merged] {body(text)}"
+
+
+def group_header(note: Note) -> str:
+    """The header of a unit's group of pieces."""
+    return f"[{note.label} · {when(note)}]"
 
 
 def raw_header(note: Note) -> str:
@@ -47,11 +93,11 @@ def raw_header(note: Note) -> str:
 
 
 def raw_block(note: Note) -> str:
-    return f"{raw_header(note)}\n{note.raw}"
+    return f"{raw_header(note)}\n{shown(note, 0, len(note.raw))}"
 
 
 def piece_line(piece: Piece) -> str:
-    return f"[{piece.label}] {piece.text}" if piece.label else piece.text
+    return f"[{field(piece.label)}] {body(piece.text)}" if piece.label else body(piece.text)
 
 
 def piece_lines(note: Note, chosen: Sequence[int], *, join: bool = False) -> list[str]:
@@ -79,14 +125,14 @@ def piece_lines(note: Note, chosen: Sequence[int], *, join: bool = False) -> lis
 
 
 def _run_line(note: Note, run: Sequence[Piece]) -> str:
-    text = note.raw[run[0].start : run[-1].end]
-    return f"[{run[0].label}] {text}" if run[0].label else text
+    text = shown(note, run[0].start, run[-1].end)
+    return f"[{field(run[0].label)}] {text}" if run[0].label else text
 
 
 def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
-    head = f"[{note.label} · {when(note)} · excerpt] {note.record}"
+    head = f"[{note.label} · {when(note)} · excerpt] {body(note.record)}"
     return "\n".join([head, *piece_lines(note, chosen)])
 
 
 def pieces_group(note: Note, chosen: Sequence[int], *, join: bool = False) -> str:
-    return "\n".join([f"[{note.label} · {when(note)}]", *piece_lines(note, chosen, join=join)])
+    return "\n".join([group_header(note), *piece_lines(note, chosen, join=join)])

@@ -20,7 +20,7 @@ from typing import Any
 from flexamem.chat import message_turn
 from flexamem.errors import InvalidInputError
 from flexamem.notes import Block, Step, Turn, UnitDraft
-from flexamem.text import clean_text
+from flexamem.text import clean_field, clean_text
 from flexamem.tokens import TokenCounter
 
 TURN_FIELDS = frozenset({"speaker", "text", "id", "role"})
@@ -88,9 +88,7 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
             )
         if turn.get("speaker") is None:
             raise InvalidInputError(f"{where} has no speaker")
-        speaker = clean_text(turn["speaker"], f"{where} speaker").strip()
-        if "\n" in speaker:
-            raise InvalidInputError(f"{where} speaker spans several lines")
+        speaker = clean_field(turn["speaker"], f"{where} speaker", speaker=True)
         text = clean_text(turn.get("text"), f"{where} text")
         tid = turn.get("id")
         if isinstance(tid, int) and not isinstance(tid, bool):
@@ -100,8 +98,8 @@ def parse_turns(turns: Iterable[Mapping[str, Any] | Turn]) -> list[Turn]:
             Turn(
                 speaker=speaker,
                 text=text,
-                id=None if tid is None else clean_text(tid, f"{where} id").strip(),
-                role=None if role is None else clean_text(role, f"{where} role").strip().lower(),
+                id=None if tid is None else clean_field(tid, f"{where} id"),
+                role=None if role is None else clean_field(role, f"{where} role").lower(),
             )
         )
     if not out:
