@@ -3,6 +3,7 @@
 from flexamem.agent import AgentContext, AgentSession
 from flexamem.client import ClientSettings, RemoteMemory
 from flexamem.config import Settings
+from flexamem.digests import Head
 from flexamem.errors import (
     BudgetError,
     ConcurrentWriteError,
@@ -14,8 +15,8 @@ from flexamem.errors import (
     LLMOutputError,
     ModelUnavailableError,
     NotFoundError,
-    RequestConflictError,
     ReadOnlyStoreError,
+    RequestConflictError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,
@@ -47,18 +48,19 @@ __all__ = [
     "ConcurrentWriteError",
     "DuplicateUnitError",
     "FlexaMemError",
+    "Head",
     "HistoryDroppedError",
     "InvalidInputError",
     "LLMError",
     "LLMWriter",
     "Memory",
     "NotFoundError",
-    "RequestConflictError",
     "Note",
     "OpenAICompatible",
     "ReadOnlyStoreError",
     "RenderOptions",
     "Rendering",
+    "RequestConflictError",
     "Settings",
     "StoreCorruptError",
     "StoreError",

@@ -37,16 +37,26 @@ import numpy as np
 from flexamem.budget import check_budget
 from flexamem.chat import Message, chat_safe, shown_as_text, validate_messages
 from flexamem.core import HistoryCore
-from flexamem.errors import BudgetError, HistoryDroppedError, InvalidInputError, ReadOnlyStoreError, StoreFullError
+from flexamem.digests import Head
+from flexamem.errors import (
+    BudgetError,
+    HistoryDroppedError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyStoreError,
+    RequestConflictError,
+    StoreFullError,
+)
 from flexamem.names import session_history
 from flexamem.notes import Step, UnitDraft
+from flexamem.render import format as fmt
 from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
 from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Entry
 from flexamem.store.base import StepRow
 from flexamem.telemetry import SEARCH, UPDATE, memory_span
-from flexamem.text import clean_text, code_terms, joined_query_terms, query_terms
+from flexamem.text import clean_field, clean_text, code_terms, joined_query_terms, query_terms
 from flexamem.tokens import LineCounts
 from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
@@ -146,14 +156,16 @@ class AgentSession:
         session_id: str | None,
     ) -> AgentSession:
         """Create a new session or resume a stored one (``core_factory(history_id)`` -> its core)."""
+        if session_id is None and (task is None or budget is None):
+            raise InvalidInputError("give task= and budget= to start an agent session, or session_id= to resume one")
         sid = clean_text(session_id, "session_id").strip() if session_id is not None else uuid.uuid4().hex[:12]
         system = clean_text(system, "system", allow_empty=True)
         hid = session_history(parent, sid)
         core = core_factory(hid)
         existing = core.store.history_kind(hid)
         if existing is None:
-            if task is None or budget is None:
-                raise InvalidInputError(f"no stored agent session {sid!r}: give task= and budget= to start one")
+            if task is None or budget is None:  # a read of a session that is not there, as a server's 404
+                raise NotFoundError(f"no stored agent session {sid!r}: give task= and budget= to start one")
             task = clean_text(task, "task")
             budget = check_budget(budget)
             meta = {"task": task, "system": system, "budget": budget, "embedder": core.embedder.name}
@@ -161,14 +173,16 @@ class AgentSession:
         elif existing != "agent":
             raise InvalidInputError(f"{hid!r} is not an agent session")
         session = cls(core, sid)
-        if task is not None and task != session.task:
-            raise InvalidInputError(f"agent session {sid!r} was started with another task")
-        if budget is not None and check_budget(budget) != session.budget:
-            raise InvalidInputError(
-                f"agent session {sid!r} was started with budget {session.budget}: resume it without budget= "
-                "(or with the same), or start a new session for another budget"
-            )
+        check_resumed(sid, task, budget, session.task, session.budget)
         return session
+
+    def head(self) -> Head:
+        """This session's head (see :meth:`flexamem.Memory.head`): keep it, and pass it to the memory's
+        ``verify(head=...)`` later."""
+        with self.core.lock:
+            head = self.core.store.head(self.core.history_id)
+        assert head is not None  # a session's history row is written when it starts
+        return head
 
     # -- steps ---------------------------------------------------------------------------------------
     def step(
@@ -228,7 +242,9 @@ class AgentSession:
         if number is not None:
             stored = self.steps[number - 1]
             if (stored.action, stored.observation) != (clean_text(action, "action"), observation):
-                raise InvalidInputError(f"step id {step_id!r} was already recorded with another action or observation")
+                raise RequestConflictError(
+                    f"step id {step_id!r} was already recorded with another action or observation"
+                )
         return number
 
     def _new_step(
@@ -237,7 +253,7 @@ class AgentSession:
         """Validate one step and build what is stored of it (nothing is stored here)."""
         action = clean_text(action, "action")
         observation = clean_text(observation, "observation", allow_empty=True)
-        step = Step(len(self.steps) + 1, action, observation, clean_text(actor, "actor").strip())
+        step = Step(len(self.steps) + 1, action, observation, clean_field(actor, "actor", speaker=True))
         msgs = (
             validate_messages(messages)
             if messages is not None
@@ -468,11 +484,11 @@ class AgentSession:
             assert whole is not None
             head = f"step {self.steps[i].number}: "
             short = self._cut_to(
-                head + (first_line(whole) or ""),  # the command read once, when the step was recorded
+                head + fmt.body(first_line(whole) or ""),  # the command read once, when the step was recorded
                 min(TRACE_FIRST_LINE_TOKENS, s.agent_trace_line_tokens),
                 " …",
             )
-            long = self._cut_to(head + whole, s.agent_trace_line_tokens, " …")
+            long = self._cut_to(head + fmt.body(whole), s.agent_trace_line_tokens, " …")
             self._trace_lines[i] = (short, self.counter.count(short), long, self.counter.count(long))
         return self._trace_lines[i]
 
@@ -633,6 +649,18 @@ class AgentSession:
         keep = max(len(ids) - over - 16, 0)
         mark = f"[… {len(ids) - keep} tokens cut to fit the budget]"
         return self.counter.decode(ids[:keep]).rstrip("\ufffd") + "\n" + mark if keep else mark
+
+
+def check_resumed(sid: str, task: object, budget: object, started_task: str, started_budget: int) -> None:
+    """Resuming session ``sid`` (started with ``started_task`` and ``started_budget``) with a ``task`` or
+    ``budget`` given: refused (:class:`InvalidInputError`) unless they are those it was started with."""
+    if task is not None and task != started_task:
+        raise InvalidInputError(f"agent session {sid!r} was started with another task")
+    if budget is not None and check_budget(budget) != started_budget:
+        raise InvalidInputError(
+            f"agent session {sid!r} was started with budget {started_budget}: resume it without budget= "
+            "(or with the same), or start a new session for another budget"
+        )
 
 
 def _stored_step(row: StepRow) -> tuple[Step, list[Message]]:

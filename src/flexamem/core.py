@@ -25,12 +25,14 @@ import numpy as np
 
 from flexamem import budget
 from flexamem.config import Settings
-from flexamem.digests import chain_problems
+from flexamem.digests import body_digest, chain_problems
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
     HistoryDroppedError,
     InvalidInputError,
+    NotFoundError,
+    RequestConflictError,
     StoreCorruptError,
 )
 from flexamem.history import History
@@ -54,6 +56,12 @@ Relabel = Callable[[History], Sequence[UnitDraft]]
 
 
 _UNCHECKED = object()
+
+
+def request_body(drafts: Sequence[UnitDraft]) -> str:
+    """The digest of what a write stores (its units as cut from the caller's input, before a library
+    name is given): what a request id is bound to."""
+    return body_digest([[d.unit_id, d.kind, d.session_id, d.date, d.raw] for d in drafts])
 
 
 class HistoryCore:
@@ -210,7 +218,9 @@ class HistoryCore:
                 if self.store.history_head(self.history_id)[0] != epoch:
                     continue  # dropped while we read: start again
                 end = start + len(notes)  # more may land between the reads: their links wait for the next sync
-                problems = chain_problems(notes, (history.notes[-1].digest or "") if start else "", start)
+                legacy = self.store.legacy(self.history_id)  # a digest missing past these notes is reported
+                previous = (history.notes[-1].digest or "") if start else ""
+                problems = chain_problems(notes, previous, start, legacy=legacy[0] if legacy is not None else 0)
                 if problems:  # a render never shows a row verify() would flag: it refuses, naming the row
                     raise StoreCorruptError(
                         f"history {self.history_id!r} is damaged: {problems[0]} (Memory.verify() lists every problem)"
@@ -251,7 +261,7 @@ class HistoryCore:
         ):
             seq = int(label) - 1
         if seq is None:
-            raise InvalidInputError(f"no unit {unit_id!r} in history {self.history_id!r}")
+            raise NotFoundError(f"no unit {unit_id!r} in history {self.history_id!r}")  # as a server's 404
         return seq
 
     def positions(self, order: object) -> list[int]:
@@ -289,10 +299,11 @@ class HistoryCore:
         ``request_id``: the caller's id of this write, stored with it: when a write under that id is
         already stored (a retry), nothing is written and its notes are returned.
         """
+        body = request_body(drafts)
         if drafts:
             with self.lock:
                 self.sync()
-                done = self._written(request_id)
+                done = self._written(request_id, body)
                 if done is not None:
                     return done
                 self.check_new(relabel(self.history) if relabel else drafts)  # before any model call
@@ -303,7 +314,7 @@ class HistoryCore:
             with self.lock:
                 self.sync()
                 history = self.history  # a new view when the sync found the history dropped
-                done = self._written(request_id)  # another attempt of this request won a race meanwhile
+                done = self._written(request_id, body)  # another attempt of this request won a race meanwhile
                 if done is not None:
                     return done
                 if relabel is not None:
@@ -327,6 +338,7 @@ class HistoryCore:
                         create=create,
                         meta=recorded,
                         request_id=request_id,
+                        body=body,
                     )
                 except ConcurrentWriteError:
                     if not retry:
@@ -341,15 +353,30 @@ class HistoryCore:
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
         raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
 
-    def _written(self, request_id: str | None) -> list[Note] | None:
+    def stored_request(self, request_id: str, body: str) -> list[str] | None:
+        """The unit ids a write under ``request_id`` stored, None when there is none, or
+        :class:`RequestConflictError` when that write had another body (``body``: :func:`request_body`
+        of this one): a request id names one request, as payment APIs' idempotency keys do."""
+        found = self.store.written_by(self.history_id, request_id)
+        if found is None:
+            return None
+        units, stored = found
+        if stored is not None and stored != body:
+            raise RequestConflictError(
+                f"request id {request_id!r} already names another write of {self.history_id!r}: the same id with"
+                " another body is refused (send the same body to retry it, or use a new id); nothing was stored"
+            )
+        return units
+
+    def _written(self, request_id: str | None, body: str | None) -> list[Note] | None:
         """The notes a write under ``request_id`` stored (under the lock, just caught up), or None.
 
         Another writer may commit between our catch-up and this read: its notes and its request id
         commit together, so once the id is seen a second catch-up loads the notes."""
-        if request_id is None:
+        if request_id is None or body is None:
             return None
         for _ in range(WRITE_ATTEMPTS):
-            units = self.store.written_by(self.history_id, request_id)
+            units = self.stored_request(request_id, body)
             if units is None:
                 return None
             history = self.history

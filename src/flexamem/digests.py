@@ -14,18 +14,29 @@ context can show carries one, written in the same transaction as the row:
 - a **history row** (``histories.digest``): its id, kind, meta (an agent session's task, system
   prompt and budget), epoch and parent.
 
-Rows written before their digest existed carry none and are not checked (docs/RELIABILITY.md).
+- a **request** (``requests.digest``): a write's request id, the unit ids it stored and its body's
+  digest, chained over the request before it and bound to the digest of the write's last note;
+- a history's **head** (``heads``, :class:`Head`): the count and last digest of each chain (notes,
+  steps, requests), the digest of its state and what it held before digests: rewritten by every write
+  and signed (HMAC-SHA256) when the store has a key, so cutting rows off the end, or rewriting the
+  chains with the database alone, no longer matches it; a head a caller kept shows a rollback.
+
+Rows written before their digest existed carry none; the store names them (``legacy``, by the upgrade
+that added heads), and a digest missing from any later row is reported (docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import hmac
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from flexamem.errors import InvalidInputError
 from flexamem.notes import Note, blocks_json
 
 SEP = "\x1f"
@@ -88,16 +99,144 @@ def history_digest(history: str, kind: str, meta: str, epoch: str, parent: str |
     return _sha(["history", history, kind, meta, epoch, parent if parent is not None else "\x00"])
 
 
-def chain_problems(notes: Sequence[Note], previous: str = "", first_seq: int = 0) -> list[str]:
+def request_digest(previous: str, n: int, request_id: str, units: str, body: str, last_note: str) -> str:
+    """A request row's digest: chained over the request before it (``""`` for the first) and bound to
+    the digest of the last note the write stored (``units`` as stored: its JSON text)."""
+    return _sha(["request", previous, n, request_id, units, body, last_note])
+
+
+def body_digest(parts: Any) -> str:
+    """The digest of a write's body (what a request id names): ``parts`` as canonical JSON."""
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def state_digest(rows: Iterable[tuple[str, str]]) -> str:
+    """The digest of a history's state rows (``(key, value)``, as stored)."""
+    return _sha(["state", *(f"{k}={v}" for k, v in sorted(rows))])
+
+
+HEAD_FIELDS = ("history", "epoch", "notes", "note", "steps", "step", "requests", "request", "state", "legacy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """A history's head: how long each chain is and the digest it ends with, the digest of the
+    history's state, and what it held before its rows carried digests (``legacy``: notes, steps,
+    merged records, the history row, requests; None for a history begun with digests). Keep the head
+    a call returned (``Memory.head()``) and pass it to ``Memory.verify(head=...)`` later: the history
+    must still extend it (same epoch, at least as many notes, steps and requests, the same digest at
+    the kept length), so rows cut off the end or a rollback to an older state are reported. A server
+    signs its heads (``signature``: HMAC-SHA256 of :attr:`digest` under its key file's secret)."""
+
+    history: str
+    epoch: str
+    notes: int
+    note: str
+    steps: int
+    step: str
+    requests: int
+    request: str
+    state: str
+    legacy: tuple[int, ...] | None = None
+    signature: str | None = None
+
+    @property
+    def digest(self) -> str:
+        parts = [getattr(self, f) for f in HEAD_FIELDS[:-1]]
+        return _sha(["head", *parts, json.dumps(list(self.legacy) if self.legacy is not None else None)])
+
+    def signed(self, key: bytes | None) -> Head:
+        """This head signed with ``key`` (unchanged, unsigned, without one)."""
+        if key is None:
+            return dataclasses.replace(self, signature=None)
+        return dataclasses.replace(self, signature=hmac.new(key, self.digest.encode(), hashlib.sha256).hexdigest())
+
+    def signed_by(self, key: bytes) -> bool:
+        """Whether :attr:`signature` is this head's under ``key``."""
+        expected = hmac.new(key, self.digest.encode(), hashlib.sha256).hexdigest()
+        return self.signature is not None and hmac.compare_digest(expected, self.signature)
+
+    def as_json(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in HEAD_FIELDS}
+        out["legacy"] = list(self.legacy) if self.legacy is not None else None
+        return {**out, "digest": self.digest, "signature": self.signature}
+
+    @classmethod
+    def from_json(cls, data: object) -> Head:
+        """A head from :meth:`as_json` (the digest, when given, must match), or :class:`InvalidInputError`."""
+        if isinstance(data, Head):
+            return data
+        if not isinstance(data, Mapping):
+            raise InvalidInputError("a head must be a JSON object as Memory.head() returns it")
+        try:
+            legacy = data.get("legacy")
+            head = cls(
+                history=str(data["history"]), epoch=str(data["epoch"]), notes=_count(data["notes"]),
+                note=str(data["note"]), steps=_count(data["steps"]), step=str(data["step"]),
+                requests=_count(data["requests"]), request=str(data["request"]), state=str(data["state"]),
+                legacy=None if legacy is None else tuple(_count(x) for x in legacy),
+                signature=None if data.get("signature") is None else str(data["signature"]),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            fields = ", ".join(HEAD_FIELDS)
+            raise InvalidInputError(f"a head must hold {fields} as Memory.head() returns them ({exc})") from None
+        if data.get("digest") not in (None, head.digest):
+            raise InvalidInputError("the head's digest does not match its fields: it was changed after it was given")
+        return head
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def extends(head: Head, kept: Head, digest_at: Any) -> list[str]:
+    """Why the history whose current head is ``head`` does not extend ``kept`` (``[]``: it does).
+    ``digest_at(chain, n)`` is the stored digest of row ``n`` of ``"notes"``, ``"steps"`` or
+    ``"requests"`` (None when there is no such row)."""
+    name = repr(kept.history)
+    if kept.epoch == "" and not (kept.notes or kept.steps or kept.requests):
+        return []  # kept before anything was written: every history extends it
+    if head.epoch != kept.epoch:
+        return [f"history {name} is not the one the kept head names: it was dropped and begun again since (epoch)"]
+    problems = []
+    for chain, count, last in (("notes", kept.notes, kept.note), ("steps", kept.steps, kept.step),
+                               ("requests", kept.requests, kept.request)):  # fmt: skip
+        now = getattr(head, chain)
+        if now < count:
+            problems.append(
+                f"history {name} has {now} {chain} where the kept head had {count}: rows were cut off the end"
+                " or rolled back"
+            )
+        elif count and (digest_at(chain, count - 1) or "") != last:
+            problems.append(
+                f"the {chain} of history {name} up to the kept head ({count}) are not the ones it named: rewritten"
+            )
+    if kept.legacy != head.legacy:
+        problems.append(f"what history {name} held before digests is not what the kept head says")
+    return problems
+
+
+def chain_problems(
+    notes: Sequence[Note], previous: str = "", first_seq: int = 0, *, legacy: int | None = None
+) -> list[str]:
     """Problems of notes read back in order (numbering gaps and digest mismatches); ``previous`` is the
-    digest of the note before ``notes[0]``, ``first_seq`` the seq it must have. The chain starts again
-    after a note written before digests."""
+    digest of the note before ``notes[0]``, ``first_seq`` the seq it must have. A note may lack a digest
+    only below ``legacy`` (the notes written before digests; None: a store that does not say, where the
+    chain starts again after such a note)."""
     problems: list[str] = []
     expected = first_seq
     for note in notes:
         if note.seq != expected:
             problems.append(f"note {note.seq} ({note.unit_id!r}) follows note {expected - 1}: seqs missing")
         expected = note.seq + 1
+        if note.digest is None and legacy is not None and note.seq >= legacy:
+            problems.append(
+                f"note {note.seq} ({note.unit_id!r}) has no digest, though every note from {legacy} on was written"
+                " with one: its digest was removed"
+            )
         problem = note_problem(note, previous)
         if problem:
             problems.append(problem)

@@ -25,7 +25,8 @@ import numpy as np
 from flexamem.budget import allowance as budget_allowance
 from flexamem.chat import message_turn
 from flexamem.config import ClientSettings, Settings
-from flexamem.core import HistoryCore, Relabel
+from flexamem.core import HistoryCore, Relabel, request_body
+from flexamem.digests import Head, state_digest
 from flexamem.errors import DuplicateUnitError, InvalidInputError
 from flexamem.history import History
 from flexamem.names import reserved, session_history, session_prefix
@@ -35,7 +36,7 @@ from flexamem.render.result import Hit, Rendering
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.telemetry import DELETE, DELETE_STORE, SEARCH, UPDATE, memory_span
-from flexamem.text import clean_text, query_terms
+from flexamem.text import clean_field, clean_text, query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter, RuleWriter
@@ -105,6 +106,9 @@ class Memory:
             than a history's recorded one is refused (:class:`InvalidInputError`).
         store: a ready store instance (overrides ``path``).
         read_only: open the file read-only; any write raises :class:`ReadOnlyStoreError`.
+        head_key: a secret kept outside the database (bytes, or text): every head the store writes is
+            signed with it and :meth:`verify` checks the signatures, so rows rewritten with the database
+            alone are caught (``flexamem serve`` passes its key file's). Without it heads are unsigned.
         key, client: only for a server URL (above).
     """
 
@@ -127,6 +131,7 @@ class Memory:
         embedder: Embedder | None = None,
         store: Store | None = None,
         read_only: bool = False,
+        head_key: bytes | str | None = None,
         key: str | None = None,
         client: ClientSettings | None = None,
     ) -> None:
@@ -150,6 +155,10 @@ class Memory:
                 raise InvalidInputError(f"path must be a file path or ':memory:', got {path!r}")
             check_file_path(path)
         self.store: Store = store or open_store(path, read_only=read_only)
+        if head_key is not None:
+            if not isinstance(head_key, bytes | str) or not head_key:
+                raise InvalidInputError("head_key must be non-empty bytes or text")
+            self.store.head_key = head_key.encode() if isinstance(head_key, str) else bytes(head_key)
         self.history_id = clean_text(history, "history").strip() if isinstance(history, str) else history
         if not isinstance(self.history_id, str) or not self.history_id:
             raise InvalidInputError(f"history must be a non-empty string, got {history!r}")
@@ -308,7 +317,7 @@ class Memory:
                 raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
             drafts, relabel = self._drafts(session["turns"], session.get("session_id"), session.get("date"))
             sub = None if rid is None else f"{rid}#{i}"
-            done = None if sub is None else self.store.written_by(self.history_id, sub)
+            done = None if sub is None else self.core.stored_request(sub, request_body(drafts))
             if done is not None:
                 stored[i] = done
                 drafts = []
@@ -352,7 +361,7 @@ class Memory:
     ) -> list[str]:
         drafts, relabel = self._drafts(turns, session_id, date)
         rid = check_request_id(request_id)
-        done = None if rid is None else self.store.written_by(self.history_id, rid)
+        done = None if rid is None else self.core.stored_request(rid, request_body(drafts))
         if done is not None:  # a retry: stored before, nothing to pay for
             return done
         if relabel is None:
@@ -368,12 +377,12 @@ class Memory:
         parsed = parse_turns(turns)
         if isinstance(date, datetime.date):  # a date or datetime: its ISO form
             date = date.isoformat()
-        clean_date = clean_text(date, "date").strip() if date is not None else None
+        clean_date = clean_field(date, "date") if date is not None else None
         named = session_id is not None
         drafts = cut_session(
             parsed,
             self.counter,
-            session_id=clean_text(session_id, "session_id").strip() if named else "s",  # "s": renamed at write
+            session_id=clean_field(session_id, "session_id") if named else "s",  # "s": renamed at write
             date=clean_date,
             max_unit_tokens=self.settings.max_unit_tokens,
             one_unit=self.settings.one_unit_per_session,
@@ -386,17 +395,46 @@ class Memory:
 
         return drafts, relabel
 
-    def verify(self) -> list[str]:
+    def verify(self, head: Head | Mapping[str, Any] | Sequence[Head | Mapping[str, Any]] | None = None) -> list[str]:
         """Re-check every stored row a render or an agent context of this history can show, against the
         digests written with it: the history's notes (raw text, record, fields, pieces, vectors, links;
-        chained over the notes before), its merged records, and its agent sessions' steps and task. The
-        problems found (each names the row), or ``[]``. Write-once is enforced by triggers; this detects
-        a change made past them (a dropped trigger, a flipped byte), unless every later digest was
-        recomputed too. A render or context that meets such a row refuses with :class:`StoreCorruptError`."""
-        problems = self.store.verify(self.history_id)
+        chained over the notes before), its merged records, its request ids, and its agent sessions'
+        steps and task; a digest missing from a row written after digests existed; and each history's
+        stored head against its rows (signed, with ``head_key``). The problems found (each names the
+        row), or ``[]``. Write-once is enforced by triggers; this detects a change made past them (a
+        dropped trigger, a flipped byte), unless every later digest and the head were recomputed too:
+        that, cutting rows off the end and rolling back to an older state are caught against a ``head``
+        kept from :meth:`head` (or a list of them: this history's and its sessions'), which the history
+        must still extend. A render or context that meets a damaged row refuses with
+        :class:`StoreCorruptError`. What this proves, and against whom: docs/RELIABILITY.md."""
+        kept = self._kept_heads(head)
+        problems = self.store.verify(self.history_id, kept.pop(self.history_id, None))
         for hid in self.store.sessions(self.history_id):
-            problems += self.store.verify(hid)
-        return problems
+            problems += self.store.verify(hid, kept.pop(hid, None))
+        return problems + [f"history {h!r} of the kept head is not this memory's or its sessions'" for h in kept]
+
+    def head(self) -> Head:
+        """This history's head now: how many notes, steps and request ids it holds and the digest each
+        chain ends with, the digest of its state (signed with ``head_key``). Keep it outside the
+        database and pass it to :meth:`verify` later: rows cut off the end, a chain rewritten or a
+        rollback to an older state no longer extend it. An agent session's: ``agent.head()``."""
+        with self.core.lock:
+            head = self.store.head(self.history_id)
+        if head is None:  # nothing written yet: the empty head of the history's name
+            return Head(self.history_id, "", 0, "", 0, "", 0, "", state_digest([])).signed(self.store.head_key)
+        return head
+
+    def _kept_heads(self, head: object) -> dict[str, Head]:
+        if head is None:
+            return {}
+        heads = [head] if isinstance(head, Head | Mapping) else head
+        if isinstance(heads, str | bytes) or not isinstance(heads, Sequence):
+            raise InvalidInputError("head must be a head (Memory.head()) or a list of them")
+        out = {}
+        for h in heads:
+            one = Head.from_json(h)
+            out[one.history] = one
+        return out
 
     def sessions(self) -> list[str]:
         """The ids of this history's agent sessions (only its own: sessions are scoped by history)."""
@@ -471,10 +509,7 @@ class Memory:
         ``order`` (unit ids or labels, most relevant first) replaces unit recovery's candidate order: another
         memory's search results rendered with fit-or-degrade (``mode="units"``; a plug-in).
         """
-        options = check_mode(mode, options)
-        q = self._query(query, query_vector)
-        prompt = clean_text(prompt, "prompt", allow_empty=True)
-        allowance = budget_allowance(budget, self.counter.count(prompt) + self.counter.count(q.text))
+        options, q, allowance = self._render_args(query, budget, mode, prompt, options, query_vector)
 
         def attempt() -> Rendering:  # under the history's lock, just caught up
             ordered = q if order is None else dataclasses.replace(q, order=self.core.positions(order))
@@ -486,6 +521,16 @@ class Memory:
             r = self.core.render(attempt)
             span.set("flexamem.tokens", r.tokens)
         return r
+
+    def _render_args(
+        self, query: object, budget: int, mode: str, prompt: object, options: RenderOptions | None, vector: object
+    ) -> tuple[RenderOptions, Query, int]:
+        """A render's arguments checked in the order every door checks them (a memory at a URL too, before
+        it sends them): mode, query, prompt, then the budget and the allowance the fixed prompt leaves."""
+        options = check_mode(mode, options)
+        q = self._query(query, vector)
+        text = clean_text(prompt, "prompt", allow_empty=True)
+        return options, q, budget_allowance(budget, self.counter.count(text) + self.counter.count(q.text))
 
     def _query(self, query: object, query_vector: object) -> Query:
         """A checked query (text and optional MiniLM vector) as renders and searches take it."""
@@ -517,15 +562,19 @@ class Memory:
         ``limit``), with no budget: what ``auto`` (its stemmed BM25 fused with piece vectors, whole
         turns, neighbours) or piece recovery (``mode="pieces"``, BM25 over pieces) ranks highest. For
         inspecting a memory and for retrieval measures (recall@k); no LLM, nothing written."""
-        if mode not in ("auto", "pieces"):
-            raise InvalidInputError(f"search ranks turns in mode 'auto' or 'pieces', not {mode!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError(f"limit must be a positive whole number, got {limit!r}")
-        q = self._query(query, query_vector)
+        q = self._search_query(query, mode, limit, query_vector)
         with memory_span(SEARCH, self.history_id, query=q.text, **{"flexamem.mode": mode}) as span:
             hits = self._search(q, mode, limit)
             span.set("gen_ai.memory.search.result.count", len(hits))
         return hits
+
+    def _search_query(self, query: object, mode: object, limit: object, query_vector: object) -> Query:
+        """A search's arguments checked (by a memory at a URL too, before it sends them): its query."""
+        if mode not in ("auto", "pieces"):
+            raise InvalidInputError(f"search ranks turns in mode 'auto' or 'pieces', not {mode!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a positive whole number, got {limit!r}")
+        return self._query(query, query_vector)
 
     def _search(self, q: Query, mode: str, limit: int) -> list[Hit]:
         with self.core.lock:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from flexamem.digests import Head
 from flexamem.notes import LLMCall, Note
 
 __all__ = ["LLMCall", "MergedRecord", "StepRow", "Store"]
@@ -56,9 +57,22 @@ class Store(Protocol):
         """The ids of the agent sessions stored under history ``parent``, oldest first."""
         ...
 
-    def verify(self, history: str) -> list[str]:
+    head_key: bytes | None  # signs the heads this store writes (None: unsigned)
+
+    def verify(self, history: str, kept: Head | None = None) -> list[str]:
         """Every problem of the history's stored rows that a render or a context can show (digests,
-        numbering, unreadable rows), ``[]`` when none; never raises on a store it can read."""
+        numbering, unreadable rows, a digest missing after its legacy rows, the stored head against the
+        rows), and, with ``kept``, whether the history still extends that head; ``[]`` when none; never
+        raises on a store it can read."""
+        ...
+
+    def head(self, history: str) -> Head | None:
+        """The history's head as its rows are now (signed with ``head_key``), or None: no such history."""
+        ...
+
+    def legacy(self, history: str) -> tuple[int, ...] | None:
+        """How many notes, steps, merged records, history rows and requests the history held before its
+        rows carried digests (None: begun with digests)."""
         ...
 
     def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
@@ -98,6 +112,7 @@ class Store(Protocol):
         create: bool = False,
         meta: Mapping[str, Any] | None = None,
         request_id: str | None = None,
+        body: str | None = None,
     ) -> None:
         """Add notes, their links, the model calls that wrote them, agent steps and session state in
         one transaction (``meta``: the history row's, when these notes create it). ``request_id``: the
@@ -110,8 +125,9 @@ class Store(Protocol):
         :class:`ConcurrentWriteError`)."""
         ...
 
-    def written_by(self, history: str, request_id: str) -> list[str] | None:
-        """The unit ids a write with this ``request_id`` stored in the history, or None when none did."""
+    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None] | None:
+        """The unit ids a write with this ``request_id`` stored in the history and the digest of its
+        body (None when stored before bodies were kept), or None when none did."""
         ...
 
     def note_count(self, history: str) -> int:

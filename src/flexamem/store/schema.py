@@ -298,5 +298,66 @@ MIGRATIONS: list[Migration] = [
     """,
     ),
 ]
+
+# 7: a chain that notices what is missing (docs/RELIABILITY.md, "What verify() proves"). ``legacy`` keeps,
+# per history upgraded here, how much of it was written before its rows carried digests (only those rows
+# may lack one: a digest removed later is reported); the idempotency map moves from ``state`` to
+# ``requests``, where each row is chained and bound to the notes it wrote; ``heads`` keeps each history's
+# head (counts and last digests of its chains, its state), rewritten by every write, signed when the
+# store has a key.
+_LEGACY_FILL = """
+    INSERT INTO legacy (history_id, notes, steps, merged, history_row, requests)
+    SELECT h.id,
+        COALESCE((SELECT MAX(seq) + 1 FROM notes WHERE history_id = h.id AND digest IS NULL), 0),
+        COALESCE((SELECT MAX(n) + 1 FROM steps WHERE history_id = h.id AND digest IS NULL), 0),
+        (SELECT COUNT(*) FROM merged WHERE history_id = h.id AND digest IS NULL),
+        CASE WHEN h.digest IS NULL THEN 1 ELSE 0 END,
+        (SELECT COUNT(*) FROM state WHERE history_id = h.id AND key LIKE 'request:%')
+    FROM histories AS h;
+    INSERT INTO requests (history_id, n, request_id, units)
+    SELECT history_id, ROW_NUMBER() OVER (PARTITION BY history_id ORDER BY key) - 1, substr(key, 9), value
+    FROM state WHERE key LIKE 'request:%';
+    DELETE FROM state WHERE key LIKE 'request:%';
+"""
+_CHAIN_TABLES = """
+    CREATE TABLE legacy (
+        history_id TEXT PRIMARY KEY, notes INTEGER NOT NULL, steps INTEGER NOT NULL, merged INTEGER NOT NULL,
+        history_row INTEGER NOT NULL, requests INTEGER NOT NULL
+    );
+    CREATE TABLE requests (
+        history_id TEXT NOT NULL, n INTEGER NOT NULL, request_id TEXT NOT NULL, units TEXT NOT NULL,
+        body TEXT, digest TEXT, PRIMARY KEY (history_id, n), UNIQUE (history_id, request_id)
+    );
+    CREATE TABLE heads (history_id TEXT PRIMARY KEY, head TEXT NOT NULL, signature TEXT);
+"""
+MIGRATIONS.append(
+    Migration(
+        "a chain that notices what is missing: legacy rows named, requests chained, heads kept",
+        _CHAIN_TABLES
+        + _LEGACY_FILL
+        + """
+    CREATE TRIGGER legacy_no_insert BEFORE INSERT ON legacy
+        BEGIN SELECT RAISE(ABORT, 'flexamem: legacy is written once, by the migration'); END;
+    CREATE TRIGGER legacy_no_update BEFORE UPDATE ON legacy
+        BEGIN SELECT RAISE(ABORT, 'flexamem: legacy is write-once'); END;
+    CREATE TRIGGER legacy_no_delete BEFORE DELETE ON legacy
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: legacy is write-once'); END;
+    CREATE TRIGGER requests_no_update BEFORE UPDATE ON requests
+        BEGIN SELECT RAISE(ABORT, 'flexamem: requests are write-once'); END;
+    CREATE TRIGGER requests_no_delete BEFORE DELETE ON requests
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: requests are write-once'); END;
+    """,
+        _CHAIN_TABLES
+        + _LEGACY_FILL
+        + """
+    CREATE TRIGGER legacy_write_once BEFORE INSERT OR UPDATE OR DELETE ON legacy
+        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('history_id');
+    CREATE TRIGGER requests_write_once BEFORE UPDATE OR DELETE ON requests
+        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('history_id');
+    """,
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 LEGACY_POSTGRES = {1: 3, 2: 4, 3: 5}  # PostgreSQL's own numbering before the shared list -> the shared one

@@ -18,7 +18,17 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flexamem.digests import V2, chain_problems, history_digest, merged_digest, step_digest
+from flexamem.digests import (
+    V2,
+    Head,
+    chain_problems,
+    extends,
+    history_digest,
+    merged_digest,
+    request_digest,
+    state_digest,
+    step_digest,
+)
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
@@ -35,8 +45,9 @@ NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?,
 MERGED_COLUMNS = "m.first_seq, m.last_seq, m.level, m.text, m.tokens, m.writer, m.flagged, m.digest, n.digest"
 MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id AND n.seq = m.last_seq"
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
-REQUEST = "request:"  # state key of a write's request id (its value: the unit ids the write stored)
-ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes")  # by drop_history
+ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes", "requests", "heads",
+          "legacy")  # by drop_history  # fmt: skip
+LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
 
 
 def new_epoch() -> str:
@@ -73,15 +84,44 @@ def _merged(history: str, r: Sequence[Any]) -> MergedRecord:
     return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
 
-def steps_problems(history: str, rows: Sequence[Sequence[Any]]) -> list[str]:
-    """Problems of ``(n, step_id, data, digest)`` rows in order: a gap, or a step that does not match
-    its digest (chained; it starts again after a step written before digests)."""
+def steps_problems(history: str, rows: Sequence[Sequence[Any]], legacy: int | None = None) -> list[str]:
+    """Problems of ``(n, step_id, data, digest)`` rows in order: a gap, a step that does not match its
+    digest (chained; it starts again after a step written before digests), or a step from ``legacy`` on
+    (the steps written before digests) without one."""
     problems, previous = [], ""
     for i, (n, step_id, data, digest) in enumerate(rows):
         if n != i:
             problems.append(f"step {n} of {history!r} follows step {i - 1}: steps missing")
+        if digest is None and legacy is not None and n >= legacy:
+            problems.append(f"step {n} of {history!r} has no digest, though every step from {legacy} on has one")
         if digest is not None and step_digest(previous, n, step_id, data) != digest:
             problems.append(f"step {n} of {history!r} does not match its digest: changed after writing")
+        previous = digest or ""
+    return problems
+
+
+def requests_problems(
+    history: str, rows: Sequence[Sequence[Any]], last_digest: Mapping[str, str], legacy: int | None
+) -> list[str]:
+    """Problems of ``(n, request_id, units, body, digest)`` rows in order: a gap, a row without a digest
+    from ``legacy`` on, a row that does not match its digest, or one naming notes the history lacks.
+    ``last_digest`` maps each unit id to its note's digest."""
+    problems, previous = [], ""
+    for i, (n, rid, units, body, digest) in enumerate(rows):
+        where = f"request {rid!r} of {history!r}"
+        if n != i:
+            problems.append(f"{where} follows request {i - 1}: requests missing")
+        try:
+            names = [str(u) for u in json.loads(units)]
+        except (TypeError, ValueError):
+            names = None
+        if names is None or any(u not in last_digest for u in names):
+            problems.append(f"{where} names notes the history does not hold: the idempotency map was changed")
+        elif digest is None:
+            if legacy is None or n >= legacy:
+                problems.append(f"{where} has no digest, though it was written with one: its digest was removed")
+        elif request_digest(previous, n, rid, units, body or "", last_digest[names[-1]] if names else "") != digest:
+            problems.append(f"{where} does not match its digest: the idempotency map was changed after writing")
         previous = digest or ""
     return problems
 
@@ -91,6 +131,7 @@ class SQLStore:
     LOCK_ROW = ""
     SHARE_ROW = ""
     INTEGRITY: tuple[type[Exception], ...] = ()
+    head_key: bytes | None = None  # signs every head this store writes (the server's key file secret)
 
     # -- the backend's plumbing --------------------------------------------------------------------
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
@@ -239,9 +280,11 @@ class SQLStore:
         create: bool = False,
         meta: Mapping[str, Any] | None = None,
         request_id: str | None = None,
+        body: str | None = None,
     ) -> None:
         """Notes with their pieces, vectors and links, model calls, steps, state and the caller's
-        request id: one transaction."""
+        request id (with ``body``, the digest of what it wrote), then the history's new head: one
+        transaction."""
         now = time.time()
         with self._write() as conn:
             kind = notes[0].kind if notes else None
@@ -276,14 +319,7 @@ class SQLStore:
                     (history, key, json.dumps(value)),
                 )
             if request_id is not None:  # insert-only: a second write under the id loses the race
-                try:
-                    self._run(
-                        conn,
-                        "INSERT INTO state VALUES (?,?,?)",
-                        (history, REQUEST + request_id, json.dumps([n.unit_id for n in notes])),
-                    )
-                except self.INTEGRITY as exc:
-                    raise ConcurrentWriteError(f"request {request_id!r} was stored by another writer") from exc
+                self._put_request(conn, history, request_id, body or "", notes)
             for n in notes:
                 try:
                     self._run(conn, f"INSERT INTO notes VALUES ({NOTE_MARKS})", note_row(history, n, now))
@@ -301,6 +337,74 @@ class SQLStore:
                 [(history, a, b) for a, b in links],
             )
             self._insert_calls(conn, history, calls)
+            self._put_head(conn, history)
+
+    def _put_request(self, conn: Any, history: str, request_id: str, body: str, notes: Sequence[Note]) -> None:
+        """Inside a write: the request row, chained over the one before and bound to the write's last note."""
+        last = self._run(
+            conn, "SELECT n, digest FROM requests WHERE history_id = ? ORDER BY n DESC LIMIT 1", (history,)
+        ).fetchone()
+        n, previous = (int(last[0]) + 1, last[1] or "") if last else (0, "")
+        units = json.dumps([note.unit_id for note in notes])
+        digest = request_digest(previous, n, request_id, units, body, (notes[-1].digest or "") if notes else "")
+        try:
+            self._run(
+                conn,
+                "INSERT INTO requests (history_id, n, request_id, units, body, digest) VALUES (?,?,?,?,?,?)",
+                (history, n, request_id, units, body, digest),
+            )
+        except self.INTEGRITY as exc:
+            raise ConcurrentWriteError(f"request {request_id!r} was stored by another writer") from exc
+
+    def _put_head(self, conn: Any, history: str) -> None:
+        """Inside a write: the history's head, from the rows as this transaction sees them, signed when
+        the store has a key."""
+        head = self._head(lambda sql, args: list(self._run(conn, sql, args).fetchall()), history)
+        if head is None:
+            return
+        head = head.signed(self.head_key)
+        self._run(
+            conn,
+            "INSERT INTO heads VALUES (?,?,?) ON CONFLICT (history_id) DO UPDATE"
+            " SET head = excluded.head, signature = excluded.signature",
+            (history, json.dumps(head.as_json()), head.signature),
+        )
+
+    @staticmethod
+    def _head(read: Any, history: str) -> Head | None:
+        """The head of ``history`` as ``read(sql, args)`` sees its rows (None: no such history)."""
+        row = read("SELECT COALESCE(epoch, '') FROM histories WHERE id = ?", (history,))
+        if not row:
+            return None
+        ends = {}
+        for table, col in (("notes", "seq"), ("steps", "n"), ("requests", "n")):
+            last = read(
+                f"SELECT {col}, digest FROM {table} WHERE history_id = ? ORDER BY {col} DESC LIMIT 1", (history,)
+            )
+            ends[table] = (int(last[0][0]) + 1, last[0][1] or "") if last else (0, "")
+        state = read("SELECT key, value FROM state WHERE history_id = ?", (history,))
+        legacy = read(
+            "SELECT notes, steps, merged, history_row, requests FROM legacy WHERE history_id = ?", (history,)
+        )
+        return Head(
+            history=history, epoch=str(row[0][0]), notes=ends["notes"][0], note=ends["notes"][1],
+            steps=ends["steps"][0], step=ends["steps"][1], requests=ends["requests"][0], request=ends["requests"][1],
+            state=state_digest((str(k), str(v)) for k, v in state),
+            legacy=tuple(int(x) for x in legacy[0]) if legacy else None,
+        )  # fmt: skip
+
+    def head(self, history: str) -> Head | None:
+        """The history's head as its rows are now, signed when the store has a key (None: no history)."""
+        head = self._head(self._read, history)
+        return head.signed(self.head_key) if head is not None else None
+
+    def legacy(self, history: str) -> tuple[int, ...] | None:
+        """What the history held before its rows carried digests (``LEGACY_PARTS``), or None: a history
+        begun with digests, where every row must carry one."""
+        rows = self._read(
+            "SELECT notes, steps, merged, history_row, requests FROM legacy WHERE history_id = ?", (history,)
+        )
+        return tuple(int(x) for x in rows[0]) if rows else None
 
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(
@@ -366,7 +470,8 @@ class SQLStore:
     def load_steps(self, history: str) -> list[StepRow]:
         """The session's steps in order; a step that does not match its digest raises :class:`StoreError`."""
         rows = self._step_rows(history)
-        problems = steps_problems(history, rows)
+        legacy = self.legacy(history)
+        problems = steps_problems(history, rows, legacy[1] if legacy else 0)
         if problems:
             raise StoreCorruptError(f"{problems[0]} (Memory.verify() lists every damaged row)")
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
@@ -405,17 +510,21 @@ class SQLStore:
         )
         return [_merged(history, r) for r in rows]
 
-    def verify(self, history: str) -> list[str]:
+    def verify(self, history: str, kept: Head | None = None) -> list[str]:
         """Every problem of the rows a render or a context can show (``[]``: none): the history row,
         each note (digest chain, numbering, a row that cannot be read), the link rows, the merged
-        records and the agent steps. Never raises on a store it can open: a part that cannot be read
-        at all is a problem line too."""
+        records, the agent steps, the request ids, a digest missing after the history's legacy rows,
+        and the stored head against the rows (its signature too when the store has a key); with
+        ``kept`` (a head a caller kept), whether the history still extends it. Never raises on a store
+        it can open: a part that cannot be read at all is a problem line too."""
         problems: list[str] = []
         for part, check in (
             ("the history row", self._verify_row),
             ("the notes", self._verify_notes),
             ("the merged records", self._verify_merged),
-            ("the agent steps", lambda h: steps_problems(h, self._step_rows(h))),
+            ("the agent steps", lambda h: steps_problems(h, self._step_rows(h), self._legacy_part(h, 1))),
+            ("the request ids", self._verify_requests),
+            ("the head", lambda h: self._verify_head(h, kept)),
         ):
             try:
                 problems += check(history)
@@ -423,10 +532,59 @@ class SQLStore:
                 problems.append(f"{part} of {history!r} cannot be read: {str(exc)[:300]}")
         return problems
 
+    def _legacy_part(self, history: str, part: int) -> int:
+        legacy = self.legacy(history)
+        return legacy[part] if legacy is not None else 0
+
     def _verify_row(self, history: str) -> list[str]:
         rows = self._history_rows(history)
         problem = self._history_problem(history, rows[0]) if rows else None
+        if rows and rows[0][4] is None and not self._legacy_part(history, 3):
+            problem = f"the row of history {history!r} has no digest, though it was written with one"
         return [problem] if problem else []
+
+    def _verify_requests(self, history: str) -> list[str]:
+        rows = self._read(
+            "SELECT n, request_id, units, body, digest FROM requests WHERE history_id = ? ORDER BY n", (history,)
+        )
+        if not rows:
+            return []
+        notes = self._read("SELECT unit_id, digest FROM notes WHERE history_id = ?", (history,))
+        digests = {str(u): d or "" for u, d in notes}
+        return requests_problems(history, rows, digests, self._legacy_part(history, 4))
+
+    def _verify_head(self, history: str, kept: Head | None) -> list[str]:
+        problems: list[str] = []
+        now = self._head(self._read, history)
+        stored = self._read("SELECT head, signature FROM heads WHERE history_id = ?", (history,))
+        if now is None:
+            return [f"history {history!r} is not in the store (the kept head names it)"] if kept is not None else []
+        if stored:
+            try:
+                head = Head.from_json({**json.loads(stored[0][0]), "signature": stored[0][1]})
+            except (TypeError, ValueError) as exc:
+                return [f"the stored head of {history!r} cannot be read (corrupt: {str(exc)[:200]})"]
+            if head.digest != now.digest:
+                problems.append(
+                    f"the stored head of {history!r} (notes {head.notes}, steps {head.steps}, requests"
+                    f" {head.requests}) does not match its rows (notes {now.notes}, steps {now.steps}, requests"
+                    f" {now.requests}): rows were cut off the end, inserted or changed past the library"
+                )
+            if self.head_key is not None and not head.signed_by(self.head_key):
+                problems.append(f"the stored head of {history!r} is not signed by this store's key: rewritten")
+        elif now.legacy is None:
+            problems.append(f"the head of {history!r} is missing: it was deleted past the library")
+        if kept is not None:
+            if kept.signature is not None and self.head_key is not None and not kept.signed_by(self.head_key):
+                problems.append(f"the kept head of {history!r} is not signed by this store's key")
+
+            def digest_at(chain: str, n: int) -> str | None:
+                col = "seq" if chain == "notes" else "n"
+                rows = self._read(f"SELECT digest FROM {chain} WHERE history_id = ? AND {col} = ?", (history, n))
+                return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+            problems += extends(now, kept, digest_at)
+        return problems
 
     def _verify_notes(self, history: str) -> list[str]:
         problems: list[str] = []
@@ -443,7 +601,7 @@ class SQLStore:
                     notes += notes_from_rows(*self._note_rows(history, int(seq), int(seq) + 1), bad=bad)
                 except StoreCorruptError as exc:
                     bad(int(seq), f"its stored row cannot be read ({str(exc)[:200]})")
-        problems += chain_problems(notes)
+        problems += chain_problems(notes, legacy=self._legacy_part(history, 0))
         written = {(t, n.seq) for n in notes if (n.digest or "").startswith(V2) for t in n.links if t < n.seq}
         checked = {n.seq for n in notes if (n.digest or "").startswith(V2)}
         back = {(int(a), int(b)) for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ?", (history,))}
@@ -456,7 +614,14 @@ class SQLStore:
 
     def _verify_merged(self, history: str) -> list[str]:
         rows = self._read(f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ?", (history,))
-        return [p for p in (merged_problem(history, r) for r in rows) if p]
+        problems = [p for p in (merged_problem(history, r) for r in rows) if p]
+        bare = sum(1 for r in rows if r[7] is None)
+        if bare > self._legacy_part(history, 2):
+            problems.append(
+                f"{bare} merged records of {history!r} have no digest where {self._legacy_part(history, 2)} were"
+                " written before digests: digests were removed"
+            )
+        return problems
 
     def llm_calls(self, history: str, start: int | None = None) -> list[LLMCall]:
         rows = self._read(
@@ -466,9 +631,18 @@ class SQLStore:
         )
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
 
-    def written_by(self, history: str, request_id: str) -> list[str] | None:
-        found = self.get_state(history, REQUEST + request_id)
-        return None if found is None else [str(u) for u in found]
+    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None] | None:
+        """The unit ids a write under ``request_id`` stored and the digest of its body (None for a
+        write stored before bodies were kept), or None: no such write."""
+        rows = self._read(
+            "SELECT units, body FROM requests WHERE history_id = ? AND request_id = ?", (history, request_id)
+        )
+        if not rows:
+            return None
+        try:
+            return [str(u) for u in json.loads(rows[0][0])], rows[0][1]
+        except (TypeError, ValueError) as exc:
+            raise StoreCorruptError(f"request {request_id!r} of {history!r} cannot be read (corrupt: {exc})") from None
 
     def set_state(self, history: str, key: str, value: Any, *, epoch: str | None = None) -> None:
         self.append_notes(history, [], [], state={key: value}, epoch=epoch)

@@ -61,6 +61,8 @@ class SQLiteStore(SQLStore):
                 ) from exc
             mapped = _map_error(exc, self.path)
             raise type(mapped)(f"cannot open {self.path!r}: {mapped}") from exc
+        except UnicodeDecodeError as exc:  # a flipped byte in the file's schema text
+            raise StoreCorruptError(f"cannot open {self.path!r}: its schema is damaged ({exc.reason})") from exc
 
     # -- plumbing ----------------------------------------------------------------------------------
     @property
