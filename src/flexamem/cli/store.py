@@ -269,6 +269,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
         limit["write_wait"] = args.write_wait or None
     limit["records"] = args.records
+    for name in ("body_timeout", "header_timeout", "keep_alive", "max_header_bytes", "max_headers", "auth_rate"):
+        value = getattr(args, name)
+        if value is not None:
+            if value <= 0:
+                raise InvalidInputError(f"--{name.replace('_', '-')} must be more than 0")
+            limit[name] = value
+    if args.auth_burst is not None:
+        if args.auth_burst < 0:
+            raise InvalidInputError("--auth-burst must be 0 (no limit) or more")
+        limit["auth_burst"] = args.auth_burst
     serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
 
@@ -362,6 +372,21 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument(
         "--records", choices=["rule", "llm"], default="rule", help="record writer (llm: the FLEXAMEM_LLM_* endpoint)"
     )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        help="seconds for a request's line and headers; an idle new connection is closed, a started one gets 408 (10)",
+    )
+    p.add_argument("--body-timeout", type=float, help="seconds for a request's body once its headers are in; 408 (30)")
+    p.add_argument("--keep-alive", type=int, help="seconds an idle kept-alive connection stays open (5)")
+    p.add_argument("--max-header-bytes", type=int, help="largest request line and headers in bytes; 431 (16384)")
+    p.add_argument("--max-headers", type=int, help="most headers in a request; 431 (100)")
+    p.add_argument(
+        "--auth-burst",
+        type=int,
+        help="failed authentications a client address may make at once, per worker; then 429 (20; 0: no limit)",
+    )
+    p.add_argument("--auth-rate", type=float, help="failed authentications a second an address regains, per worker (2)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")

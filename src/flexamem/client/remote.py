@@ -240,7 +240,7 @@ class RemoteMemory(Memory):
         return self.http.run(Call("GET", self._base + "/verify", lambda d: list(d["problems"]), missing=list))
 
     def sessions(self) -> list[str]:
-        return self.http.run(Call("GET", self._base + "/agents", lambda d: [str(s) for s in d]))
+        return self.http.run(Call("GET", self._base + "/agents", lambda d: [str(s) for s in d], missing=list))
 
     def notes(self, start: int = 0, stop: int | None = None) -> list[Note]:
         out: list[Note] = []

@@ -122,8 +122,10 @@ def select_pieces(
         note = history.notes[seq]
         piece = note.pieces[idx]
         present = (chosen.get(seq) or set()) | (extra or set())
-        label = 0 if whole_turns and (idx - 1) in present else piece.label_tokens  # joined to the one before
-        c = piece.tokens + label + 1 + mark * marks_delta(present, idx, len(note.pieces))
+        joined = whole_turns and (idx - 1) in present
+        label = 0 if joined else piece.label_tokens  # joined to the one before: no label, a continuation mark
+        shown = piece.tokens + fmt.marks(piece.text) + (1 if joined and piece.label else 0)
+        c = shown + label + 1 + mark * marks_delta(present, idx, len(note.pieces))
         if not present:
             key = ("group-header", seq)
             if key not in history.token_cache:

@@ -90,7 +90,8 @@ class Recovery:
         cache = self.history.token_cache
         if key not in cache:  # notes never change: the header is counted once per history
             note = self.history.notes[seq]
-            cache[key] = self.counter.count(fmt.raw_header(note)) + 1 + note.raw_tokens
+            shown = note.raw_tokens + fmt.marks(note.raw) - (len(note.blocks) - 1)  # blocks begin lines unmarked
+            cache[key] = self.counter.count(fmt.raw_header(note)) + 1 + shown
         return cache[key]
 
     def excerpt(self, seq: int) -> tuple[str, int, tuple[int, ...]]:
@@ -109,7 +110,9 @@ class Recovery:
                 cache[key] = self.counter.count(fmt.excerpt_block(note, []))
                 cache["mark"] = self.counter.count(fmt.OMITTED) + 1
             lines = fmt.piece_lines(note, chosen)
-            size = cache[key] + sum(note.pieces[i].tokens + note.pieces[i].label_tokens + 1 for i in chosen)
+            size = cache[key] + sum(
+                note.pieces[i].tokens + fmt.marks(note.pieces[i].text) + note.pieces[i].label_tokens + 1 for i in chosen
+            )
             size += cache["mark"] * sum(1 for line in lines if line == fmt.OMITTED)
             self._excerpts[seq] = (text, size, tuple(chosen))
         return self._excerpts[seq]

@@ -38,6 +38,13 @@ def body(text: str) -> str:
     return _NEXT_LINE.sub("\n" + CONTINUATION, text) if "\n" in text else text
 
 
+def marks(text: str) -> int:
+    """How many continuation marks :func:`body` adds to ``text`` (each costs one o200k token, measured
+    on LongMemEval's turns: 11,838 tokens for 11,826 marks): what a render's estimates add to the
+    counts cached at write time."""
+    return len(_NEXT_LINE.findall(text)) if "\n" in text else 0
+
+
 def field(text: str) -> str:
     """A stored field shown inside a header or a label (a date, a unit id, a speaker label): inert, on
     one line, its square brackets shown as full-width ones so it cannot close the header it sits in."""

@@ -27,7 +27,8 @@ def __getattr__(name: str) -> Any:
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
-    """Run the server (blocks). Several workers share the store through ``FLEXAMEM_DB``/``FLEXAMEM_KEYS``."""
+    """Run the server (blocks). Several workers share the store through ``FLEXAMEM_DB``/``FLEXAMEM_KEYS``;
+    each reads the rest of ``config`` from the environment set here."""
     import uvicorn
 
     os.environ["FLEXAMEM_DB"], os.environ["FLEXAMEM_KEYS"] = config.db, config.keys
@@ -37,6 +38,11 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
     os.environ["FLEXAMEM_MAX_PENDING_WRITES"] = str(config.max_pending_writes)
     os.environ["FLEXAMEM_WRITE_WAIT"] = "" if config.write_wait is None else str(config.write_wait)
     os.environ["FLEXAMEM_RECORDS"] = config.records
+    os.environ["FLEXAMEM_BODY_TIMEOUT"] = str(config.body_timeout)
+    os.environ["FLEXAMEM_AUTH_BURST"], os.environ["FLEXAMEM_AUTH_RATE"] = str(config.auth_burst), str(config.auth_rate)
+    os.environ["FLEXAMEM_HEADER_TIMEOUT"] = str(config.header_timeout)  # read by server/protocol.py in each worker
+    os.environ["FLEXAMEM_MAX_HEADER_BYTES"] = str(config.max_header_bytes)
+    os.environ["FLEXAMEM_MAX_HEADERS"] = str(config.max_headers)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # /metrics adds up every worker
         import tempfile
 
@@ -49,4 +55,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
         workers=workers,
         log_level="warning",
         access_log=False,
+        http="flexamem.server.protocol:GuardedH11Protocol",  # h11 with deadlines and bounds on requests' heads
+        timeout_keep_alive=config.keep_alive,
+        h11_max_incomplete_event_size=config.max_header_bytes,
     )

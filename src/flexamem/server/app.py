@@ -3,16 +3,20 @@
 Every ``/v1`` route needs an API key (``Authorization: Bearer <key>`` or ``X-API-Key``); the key names
 the tenant, and a tenant's histories are stored as ``<tenant>/<history>``, so no route can reach
 another tenant's. Errors are JSON ``{"error": {"type", "message"}}`` with a 4xx status (no stack
-trace); bodies over ``max_body_bytes`` get 413. One JSON log line per request (no keys, no bodies).
-Several worker processes may serve one store (SQLite WAL or PostgreSQL; see docs/RELIABILITY.md).
+trace); bodies over ``max_body_bytes`` get 413, a body that does not arrive in full within ``body_timeout``
+408, and an address that failed to authenticate too often 429 (``AuthThrottle``). A name the tenant does
+not own is answered exactly as one that does not exist. One JSON log line per request (no keys, no
+bodies). Several worker processes may serve one store (SQLite WAL or PostgreSQL; see docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -26,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from flexamem import __version__
 from flexamem.agent import AgentSession
@@ -50,7 +55,7 @@ from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
 from flexamem.render.result import rendering_json
 from flexamem.server.ingest import OffloadedEmbedder, writing
-from flexamem.server.keys import KeyFile
+from flexamem.server.keys import AuthThrottle, KeyFile, Link, link_view
 from flexamem.server.metrics import Metrics, timed
 from flexamem.telemetry import remote_parent
 from flexamem.write.embed import Embedder
@@ -64,6 +69,14 @@ SessionName = Annotated[str, Path(pattern=SESSION, description="the agent sessio
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 DEFAULT_MAX_OPEN = 128  # histories kept open per worker
 DEFAULT_MAX_PENDING_WRITES = 2  # writes admitted at once per worker (docs/PERFORMANCE.md)
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds for a request's body to arrive in full (8 MiB at 280 KB/s)
+DEFAULT_KEEP_ALIVE = 5  # seconds an idle kept-alive connection stays open (uvicorn's default)
+DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a request's line and headers (server/protocol.py)
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's own bound on a head in pieces)
+DEFAULT_MAX_HEADERS = 100  # headers of a request (Apache's LimitRequestFields)
+DEFAULT_AUTH_BURST = 20  # failed authentications an address may make at once (per worker) ...
+DEFAULT_AUTH_RATE = 2.0  # ... and then a second
+MAX_QUERY = 1000  # characters of an inspector link's query: the link stays within the head limit
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
@@ -94,6 +107,25 @@ class ServerConfig:
     records: Literal["rule", "llm"] = "rule"
     """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
     per tenant in ``/metrics``); ``rule``: the offline rule writer."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds a request's body may take to arrive in full once its headers are in; past it the request
+    is answered 408 (nothing stored) and its connection closed."""
+    auth_burst: int = DEFAULT_AUTH_BURST
+    """Failed authentications (a wrong key, a forged link) a client address may make at once, per worker;
+    then ``auth_rate`` a second. An address over it gets 429 with ``Retry-After`` for every request that
+    needs a key, good or bad, until it may try again. 0: no limit."""
+    auth_rate: float = DEFAULT_AUTH_RATE
+    """Failed authentications a second an address regains, per worker (see ``auth_burst``)."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    """Seconds a request's line and headers may take to arrive (from the connection, or the request's first
+    byte on a kept-alive one): an idle new connection is closed, a started head gets 408 (server/protocol.py;
+    ``flexamem serve`` only)."""
+    keep_alive: int = DEFAULT_KEEP_ALIVE
+    """Seconds a kept-alive connection may stay idle after an answer before it is closed (uvicorn)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """A request's line and headers over this many bytes get 431 (server/protocol.py; ``flexamem serve``)."""
+    max_headers: int = DEFAULT_MAX_HEADERS
+    """A request with more headers gets 431 (server/protocol.py; ``flexamem serve``)."""
 
 
 STATUS = {  # the first that matches: subclasses before their bases
@@ -111,7 +143,17 @@ STATUS = {  # the first that matches: subclasses before their bases
     StoreFullError: 507,
     StoreError: 500,  # a damaged store (StoreCorruptError) or another failure under it: the server's, not the caller's
 }
+GONE = 499  # the status logged and counted for a client that went away before its request was in (nginx's)
 RETRY_AFTER = "1"  # seconds a client waits before retrying a 503 (a database restart takes about that)
+
+
+class Refusal(Exception):
+    """An answer given before a route's work: a link used for what it was not made for (403), an address
+    throttled for its failed authentications (429)."""
+
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.headers = status, kind, message, headers or {}
 
 
 def _status(exc: FlexaMemError) -> int:
@@ -289,7 +331,7 @@ class Dropped(BaseModel):
 
 
 class LinkIn(Strict):
-    query: str = Field(min_length=1)
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
     budget: int = Field(default=4096, ge=1, le=MAX_BUDGET)
     mode: Mode = "auto"
     seconds: int = Field(default=300, ge=10, le=3600, description="how long the link works")
@@ -313,10 +355,17 @@ class ErrorOut(BaseModel):
 ANSWERS = {
     400: "Bad input (InvalidInputError, BudgetError): nothing was stored",
     401: "No API key, or a key no tenant holds",
-    404: "No such history, unit or agent session for this tenant (or it was deleted)",
+    404: "No such history, unit or agent session for this tenant (or it was deleted); another tenant's "
+    "history is answered exactly so",
+    408: "The request's body did not arrive in full within the server's body timeout: nothing was stored, "
+    "the connection is closed",
     409: "A conflict: the unit id is taken, or another writer advanced the history or agent session first",
     413: "The request body is over the server's limit",
     422: "The request does not match the schema",
+    429: "Too many failed authentications from this address (wrong keys): every request that needs a key, "
+    "good or bad, is refused until Retry-After seconds have passed",
+    431: "The request's line and headers are over the server's limit in bytes, or it carries too many headers: "
+    "the connection is closed",
     500: "The store is damaged (StoreCorruptError names the row) or the server failed; nothing was half-stored",
     503: "The store cannot be reached right now (a database restarting), or the worker has as many writes in "
     "progress as it admits, or a write's vectors were not ready within its wait (ServerBusyError): nothing "
@@ -327,11 +376,11 @@ ANSWERS = {
 
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The error statuses a route can answer, for the OpenAPI document (every /v1 route also answers
-    401, 500 and 503; a route with a body 413)."""
+    401, 429, 431, 500 and 503; a route with a body 413 and 408)."""
     out: dict[int | str, dict[str, Any]] = {}
-    for code in sorted({401, 500, 503, *codes}):
+    for code in sorted({401, 429, 431, 500, 503, *codes, *((408,) if 413 in codes else ())}):
         out[code] = {"model": ErrorOut, "description": ANSWERS[code]}
-        if code == 503:
+        if code in (429, 503):
             out[code]["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
     return out
 
@@ -404,11 +453,23 @@ class Memories:
 
 
 def tenant(request: Request) -> str:
-    """The tenant whose key the request carries (401 otherwise)."""
+    """The tenant whose key the request carries (401 otherwise; 429 first when the caller's address has
+    failed to authenticate too often: its key is then not even read)."""
+    keys: KeyFile = request.app.state.keys
+    throttle: AuthThrottle = request.app.state.throttle
+    address = request.client.host if request.client else ""
+    wait = throttle.wait(address)
+    if wait > 0:
+        seconds = math.ceil(wait)
+        raise Refusal(
+            429,
+            "TooManyRequests",
+            f"too many failed authentications from this address: every request that needs a key is refused "
+            f"for {seconds} s",
+            {"Retry-After": str(seconds)},
+        )
     auth = request.headers.get("authorization", "")
     key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
-    keys: KeyFile = request.app.state.keys
-    found = keys.tenant_of(key)
     if key is None and request.url.path.startswith("/inspect/"):
         if "key" in request.query_params:
             raise UnauthorizedError(
@@ -416,13 +477,23 @@ def tenant(request: Request) -> str:
                 "it as a header, or get a short-lived link from POST /v1/histories/{history}/inspect-link"
             )
         token = request.query_params.get("token")
-        found = keys.check_link(token, request.path_params.get("history", "")) if token else None
-        if found is None:
+        link = keys.read_link(token) if token else None
+        if link is None and token:
+            throttle.failed(address)  # a forged or damaged token
+        if link is None or link.expired or link.tenant not in keys.tenants():
             raise UnauthorizedError(
                 "an API key header, or an inspector link that is genuine and not expired, is required"
             )
-    if found is None:
-        raise UnauthorizedError("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
+        if link.history != request.path_params.get("history"):
+            raise Refusal(403, "Forbidden", "this inspector link was made for another history: it opens only its own")
+        request.state.link = link
+        found: str | None = link.tenant
+    else:
+        found = keys.tenant_of(key)
+        if found is None:
+            if key:
+                throttle.failed(address)
+            raise UnauthorizedError("a valid API key is required (Authorization: Bearer <key> or X-API-Key)")
     request.state.tenant = found
     return str(found)
 
@@ -444,6 +515,9 @@ RequestId = Annotated[
 def create_app(config: ServerConfig) -> FastAPI:
     """The FastAPI app serving ``config.db`` to the tenants of ``config.keys``."""
     keys = KeyFile(config.keys)
+    throttle = AuthThrottle(config.auth_burst, config.auth_rate)
+    if config.body_timeout <= 0:
+        raise InvalidInputError("body_timeout must be more than 0 seconds")
     writer = None
     if config.records == "llm":
         from flexamem.llm.config import load_config
@@ -457,9 +531,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     memories = Memories(config.db, config.max_open, offloaded, writer)
     metrics = Metrics()
 
-    def opened(t: str, history: str) -> Memory:
+    def opened(t: str, history: str, must_exist: bool = False) -> Memory:
+        """The tenant's history, kept open (``must_exist``: 404 when it holds nothing, as for a name another
+        tenant holds)."""
         before = memories.evicted
-        mem = memories.get(t, history)
+        mem = memories.existing(t, history) if must_exist else memories.get(t, history)
         metrics.open.set(memories.open_count)
         if memories.evicted > before:
             metrics.evicted.inc(memories.evicted - before)
@@ -516,43 +592,51 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.memories = memories
     app.state.keys = keys
+    app.state.throttle = throttle
     app.state.metrics = metrics
+
+    async def answer(request: Request, call_next: Any) -> Any:
+        """The request's response, once its body is in whole (413, 408, or 499 for a client gone)."""
+        too_large = f"request bodies are limited to {config.max_body_bytes} bytes"
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
+            return _error(413, "PayloadTooLarge", too_large)
+        try:
+            body = await asyncio.wait_for(request.body(), config.body_timeout)
+        except TimeoutError:  # a body slower than the limit, or shorter than its Content-Length
+            late = _error(
+                408, "RequestTimeout", f"the request's body did not arrive in full within {config.body_timeout:g} s"
+            )
+            late.headers["Connection"] = "close"  # the rest of the body would be read as the next request
+            return late
+        except ClientDisconnect:  # the client went away before its body was in: nobody to answer
+            return Response(status_code=GONE)
+        if len(body) > config.max_body_bytes:
+            return _error(413, "PayloadTooLarge", too_large)
+        try:
+            with remote_parent(request.headers):  # the caller's trace, when it sent one
+                return await call_next(request)
+        except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
+            return _internal_error(request, exc)
 
     @app.middleware("http")
     async def limits_and_logs(request: Request, call_next: Any) -> Any:
         start = time.perf_counter()
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
-            response: Any = _error(
-                413, "PayloadTooLarge", f"request bodies are limited to {config.max_body_bytes} bytes"
-            )
-        else:
-            body = await request.body()
-            if len(body) > config.max_body_bytes:
-                response = _error(
-                    413, "PayloadTooLarge", f"request bodies are limited to {config.max_body_bytes} bytes"
-                )
-            else:
-                try:
-                    with remote_parent(request.headers):  # the caller's trace, when it sent one
-                        response = await call_next(request)
-                except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
-                    response = _internal_error(request, exc)
+        response = await answer(request, call_next)
         seconds = time.perf_counter() - start
         route = getattr(request.scope.get("route"), "path", "unmatched")
         metrics.requests.labels(route, request.method, str(response.status_code)).inc()
         metrics.request_seconds.labels(route).observe(seconds)
-        log.info(
-            json.dumps(
-                {
-                    "method": request.method,
-                    "path": request.url.path,
-                    "status": response.status_code,
-                    "ms": round(seconds * 1000, 1),
-                    "tenant": getattr(request.state, "tenant", None),
-                }
-            )
-        )
+        line = {
+            "method": request.method,
+            "path": request.url.path,
+            "status": response.status_code,
+            "ms": round(seconds * 1000, 1),
+            "tenant": getattr(request.state, "tenant", None),
+        }
+        if response.status_code == GONE:  # one line, never a traceback
+            line["error"] = "ClientDisconnect"
+        log.info(json.dumps(line))
         return response
 
     @app.exception_handler(FlexaMemError)
@@ -563,6 +647,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         response = _error(status, type(exc).__name__, str(exc))
         if status == 503:
             response.headers["Retry-After"] = RETRY_AFTER
+        return response
+
+    @app.exception_handler(Refusal)
+    async def refused(request: Request, exc: Refusal) -> JSONResponse:
+        response = _error(exc.status, exc.kind, exc.message)
+        response.headers.update(exc.headers)
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -699,8 +789,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/histories/{history}/agents", response_model=list[str], responses=answers(404, 422))
     def list_agents(history: HistoryName, t: Tenant) -> list[str]:
-        """The ids of the history's agent sessions, oldest first (none for a history that holds nothing)."""
-        return opened(t, history).sessions()
+        """The ids of the history's agent sessions, oldest first (404 for a history that holds nothing)."""
+        return opened(t, history, must_exist=True).sessions()
 
     @app.get("/v1/histories/{history}/agents/{session_id}", response_model=AgentOut, responses=answers(404, 422))
     def get_agent(history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, Any]:
@@ -709,11 +799,12 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.delete("/v1/histories/{history}/agents/{session_id}", response_model=Dropped, responses=answers(404, 422))
     def drop_agent(history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, Any]:
-        """Delete one agent session (its steps and notes); ``dropped`` says whether it existed."""
-        return {"history": history, "dropped": opened(t, history).drop_session(session_id)}
+        """Delete one agent session (its steps and notes); ``dropped`` says whether it existed in the
+        history (404 for a history that holds nothing)."""
+        return {"history": history, "dropped": opened(t, history, must_exist=True).drop_session(session_id)}
 
     def session(t: str, history: str, sid: str) -> Any:
-        mem = opened(t, history)
+        mem = opened(t, history, must_exist=True)
         if sid not in mem.sessions():
             raise NotFoundError(f"no agent session {sid!r} in history {history!r}")
         return mem.agent(session_id=sid)
@@ -757,22 +848,32 @@ def create_app(config: ServerConfig) -> FastAPI:
     def inspect_link(body: LinkIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """A short-lived link to the memory inspector (signed, no API key in it) to open in a browser."""
         memories.existing(t, history)
-        token, expires = keys.sign_link(t, history, body.seconds)
+        token, expires = keys.sign_link(t, history, body.seconds, link_view(body.query, body.budget, body.mode))
         query = urlencode({"query": body.query, "budget": body.budget, "mode": body.mode, "token": token})
         return {"url": f"/inspect/{history}?{query}", "expires": expires}
 
     @app.get("/inspect/{history}", response_class=HTMLResponse, include_in_schema=False)
     def inspect(
+        request: Request,
         history: HistoryName,
-        query: Annotated[str, Query(min_length=1)],
+        query: Annotated[str, Query(min_length=1, max_length=MAX_QUERY)],
         t: Tenant,
         budget: Annotated[int, Query(ge=1, le=MAX_BUDGET)] = 4096,
         mode: Annotated[Mode, Query()] = "auto",
     ) -> str:
         """The memory inspector: one rendering drawn for people (budget bar, timeline, pieces, links). The
-        caller is named by an API key header or by the ``token`` of a link from ``inspect-link``."""
+        caller is named by an API key header or by the ``token`` of a link from ``inspect-link``, which
+        opens only the query, budget and mode it was made for (403 for any other)."""
         from flexamem.server.inspector import inspector_page
 
+        link: Link | None = getattr(request.state, "link", None)
+        if link is not None and link.view != link_view(query, budget, mode):
+            raise Refusal(
+                403,
+                "Forbidden",
+                "this inspector link was made for another query, budget or mode: it opens only the rendering it "
+                f"was made for (ask POST /v1/histories/{history}/inspect-link for a link to this one)",
+            )
         return inspector_page(memories.existing(t, history), history, query, budget, mode)
 
     return app
@@ -805,7 +906,8 @@ def _error(status: int, kind: str, message: str, details: list[dict[str, str]] |
 
 def app_from_env() -> FastAPI:
     """For ``uvicorn --factory flexamem.server.app:app_from_env`` (several workers): the store and key
-    file from ``FLEXAMEM_DB`` and ``FLEXAMEM_KEYS``."""
+    file from ``FLEXAMEM_DB`` and ``FLEXAMEM_KEYS`` (add ``--http flexamem.server.protocol:GuardedH11Protocol``
+    for the limits on requests' heads that ``flexamem serve`` sets)."""
     import os
 
     db, key_file = os.environ.get("FLEXAMEM_DB"), os.environ.get("FLEXAMEM_KEYS")
@@ -826,5 +928,8 @@ def app_from_env() -> FastAPI:
             max_pending_writes=int(os.environ.get("FLEXAMEM_MAX_PENDING_WRITES", DEFAULT_MAX_PENDING_WRITES)),
             write_wait=float(wait) if wait else None,
             records=records,  # type: ignore[arg-type]
+            body_timeout=float(os.environ.get("FLEXAMEM_BODY_TIMEOUT") or DEFAULT_BODY_TIMEOUT),
+            auth_burst=int(os.environ.get("FLEXAMEM_AUTH_BURST") or DEFAULT_AUTH_BURST),
+            auth_rate=float(os.environ.get("FLEXAMEM_AUTH_RATE") or DEFAULT_AUTH_RATE),
         )
     )
