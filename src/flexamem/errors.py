@@ -100,3 +100,27 @@ class LLMError(FlexaMemError):
 
 class LLMOutputError(LLMError):
     """The model answered, but not in the required form (strict JSON), even after one repair."""
+
+
+def error_classes() -> dict[str, type[FlexaMemError]]:
+    """Every error class of this module, by name: the names a server gives its error answers
+    (``{"error": {"type": ...}}``) and the client raises back, one registry for both doors (a class
+    added here needs no list kept by hand)."""
+    found: dict[str, type[FlexaMemError]] = {}
+    todo: list[type[FlexaMemError]] = [FlexaMemError]
+    while todo:
+        cls = todo.pop()
+        if cls.__module__ == __name__:
+            found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def error_name(exc: BaseException) -> str:
+    """The name a server answers ``exc`` with: its class's, or that of its nearest base of this module
+    (a subclass defined elsewhere), so that the client raises the same class, or the closest it has."""
+    known = error_classes()
+    for cls in type(exc).__mro__:
+        if known.get(cls.__name__) is cls:
+            return cls.__name__
+    return FlexaMemError.__name__

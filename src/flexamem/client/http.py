@@ -6,20 +6,22 @@ server (503), a proxy's 502/504 and a 409 ``ConcurrentWriteError`` are tried aga
 (honouring ``Retry-After``) until ``ClientSettings.retry_seconds`` have passed; a connection failure moves on
 to the next server of the list. Every write carries what makes a retry harmless (an ``Idempotency-Key``, a
 step id, a session id), so a write retried after the server stored it is stored once. Any other error answer
-becomes the library's own :class:`~flexamem.errors.FlexaMemError` subclass named by the server, with the
-server's message. ``httpx`` is imported when a transport is made.
+becomes the library's own :class:`~flexamem.errors.FlexaMemError` subclass named by the server
+(:func:`~flexamem.errors.error_classes`), with the server's message: a 409 ``RequestConflictError`` (a request
+id reused with another body) is raised at once, never retried. ``httpx`` is imported when a transport is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import numbers
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from flexamem import errors
 from flexamem.config import ClientSettings
 from flexamem.errors import (
     ConcurrentWriteError,
@@ -31,6 +33,7 @@ from flexamem.errors import (
     StoreFullError,
     StoreUnavailableError,
     UnauthorizedError,
+    error_classes,
 )
 from flexamem.telemetry import trace_headers
 
@@ -83,12 +86,25 @@ def error_from(response: httpx.Response) -> FlexaMemError:
         kind, message = str(body["type"]), str(body["message"])
     except (ValueError, KeyError, TypeError):
         kind, message = "", response.text[:500] or response.reason_phrase
-    found = getattr(errors, kind, None)
-    if isinstance(found, type) and issubclass(found, FlexaMemError):
-        cls: type[FlexaMemError] = found
-    else:
-        cls = BY_STATUS.get(response.status_code, StoreError)
+    cls = error_classes().get(kind) or BY_STATUS.get(response.status_code, StoreError)
     return cls(f"{message} (HTTP {response.status_code} from {response.request.url.host})")
+
+
+def encoded(body: Any) -> bytes:
+    """A request's JSON body, or :class:`InvalidInputError` for what JSON cannot carry (a lone surrogate,
+    an object of another type), as the library refuses it locally; numpy integers are sent as numbers."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        raise TypeError(f"a {type(value).__name__} is not JSON")
+
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=plain).encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"the request holds a lone surrogate (not valid text): {exc.reason}") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"the request cannot be sent as JSON: {exc}") from None
 
 
 class Transport:
@@ -133,7 +149,8 @@ class Transport:
         url = self.urls[self.current % len(self.urls)] + call.path
         kwargs: dict[str, Any] = {"headers": {**call.headers, **trace_headers()}}
         if call.body is not None:
-            kwargs["json"] = call.body
+            kwargs["content"] = encoded(call.body)
+            kwargs["headers"]["Content-Type"] = "application/json"
         if call.params:
             kwargs["params"] = dict(call.params)
         return call.method, url, kwargs

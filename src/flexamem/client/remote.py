@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from flexamem.agent import AgentContext
+from flexamem.agent import AgentContext, check_resumed
 from flexamem.chat import Message
 from flexamem.client.http import Call, Transport
 from flexamem.config import ClientSettings, Settings
-from flexamem.errors import InvalidInputError
+from flexamem.errors import InvalidInputError, NotFoundError
 from flexamem.memory import Memory, check_request_id
 from flexamem.notes import Note, Turn, note_from_json
 from flexamem.render.renderer import RenderOptions
 from flexamem.render.result import Hit, Rendering, rendering_from_json
 from flexamem.store.base import Store
+from flexamem.text import clean_text
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter
@@ -221,8 +222,11 @@ class RemoteMemory(Memory):
             if not isinstance(s, Mapping) or "turns" not in s:
                 raise InvalidInputError(f"session {i}: expected a mapping with 'turns'")
             body.append({"turns": _turns(s["turns"]), "session_id": s.get("session_id"), "date": _date(s.get("date"))})
+        headers = _written(request_id)
+        if not body:  # nothing to write, as locally (the server takes no empty batch)
+            return []
         read = lambda d: [list(u) for u in d["sessions"]]  # noqa: E731
-        out = self.http.run(Call("POST", self._base + "/batch", read, {"sessions": body}, headers=_written(request_id)))
+        out = self.http.run(Call("POST", self._base + "/batch", read, {"sessions": body}, headers=headers))
         if progress is not None:  # one request: the whole batch is done at once
             total = 2 * sum(len(u) for u in out)
             progress(total, total)
@@ -263,8 +267,10 @@ class RemoteMemory(Memory):
                 return out
 
     def note(self, unit_id: str) -> Note:
-        if not isinstance(unit_id, str) or not unit_id:
-            raise InvalidInputError(f"unit ids must be non-empty strings, got {unit_id!r}")
+        if not isinstance(unit_id, str):
+            raise InvalidInputError(f"unit ids must be strings, got {type(unit_id).__name__}")
+        if not unit_id:  # no path names it: the answer a local memory gives
+            raise NotFoundError(f"no unit {unit_id!r} in history {self.history_id!r}")
         path = f"{self._base}/notes/{quote(unit_id, safe='')}"
         return self.http.run(Call("GET", path, lambda d: note_from_json(d["exact"], d["raw"])))
 
@@ -280,9 +286,17 @@ class RemoteMemory(Memory):
     ) -> Call[Rendering]:
         if options is not None or query_vector is not None:
             raise InvalidInputError("options= and query_vector= are not sent to a server (render with its settings)")
-        body = {"query": query, "budget": budget, "mode": mode, "prompt": prompt}
+        if order is not None and (isinstance(order, str | bytes) or not isinstance(order, Sequence)):
+            raise InvalidInputError("order must be a list of unit ids or labels")
+        _, _, allowance = self._render_args(query, budget, mode, prompt, None, None)  # refused here as locally
+        body = {"query": query, "budget": int(budget), "mode": mode, "prompt": prompt}
         body["order"] = list(order) if order is not None else None
-        return Call("POST", self._base + "/render", rendering_from_json, body)
+
+        def empty() -> Rendering:  # a history that holds nothing yet: an empty memory, as a local one renders
+            return Rendering(text="", tokens=0, allowance=allowance, mode=mode)
+
+        # a 404 is the history's when the order names no unit (else maybe a unit's: raised, as locally)
+        return Call("POST", self._base + "/render", rendering_from_json, body, missing=None if order else empty)
 
     def render(
         self,
@@ -314,8 +328,10 @@ class RemoteMemory(Memory):
     def search(self, query: str, *, mode: str = "auto", limit: int = 10, query_vector: Any = None) -> list[Hit]:
         if query_vector is not None:
             raise InvalidInputError("query_vector= is not sent to a server")
+        self._search_query(query, mode, limit, None)  # refused here as locally, whether the history exists or not
         read = lambda d: [Hit(h["seq"], h["unit_id"], h["block"], h["turn_id"], h["text"]) for h in d]  # noqa: E731
-        return self.http.run(Call("POST", self._base + "/search", read, {"query": query, "mode": mode, "limit": limit}))
+        body = {"query": query, "mode": mode, "limit": limit}
+        return self.http.run(Call("POST", self._base + "/search", read, body, missing=list))  # no history: no hits
 
     # -- agents ------------------------------------------------------------------------------------------
     def agent(  # type: ignore[override]
@@ -331,10 +347,10 @@ class RemoteMemory(Memory):
                 raise InvalidInputError(
                     "give task= and budget= to start an agent session, or session_id= to resume one"
                 )
-            path = f"{self._base}/agents/{quote(session_id, safe='')}"
-            if task is None and budget is None:
-                return self.http.run(Call("GET", path, lambda d: RemoteAgentSession(self, d)))
-            raise InvalidInputError("give both task= and budget= (or neither, to resume a session)")
+            path = f"{self._base}/agents/{quote(clean_text(session_id, 'session_id').strip(), safe='')}"
+            session = self.http.run(Call("GET", path, lambda d: RemoteAgentSession(self, d)))
+            check_resumed(session.session_id, task, budget, session.task, session.budget)  # as a local resume
+            return session
         sid = session_id if session_id is not None else uuid.uuid4().hex[:12]  # a retried start resumes it
         body = {"task": task, "budget": budget, "system": system, "session_id": sid}
         return self.http.run(Call("POST", self._base + "/agents", lambda d: RemoteAgentSession(self, d), body))

@@ -44,12 +44,14 @@ from flexamem.errors import (
     InvalidInputError,
     ModelUnavailableError,
     NotFoundError,
+    RequestConflictError,
     ServerBusyError,
     StoreClosedError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
     UnauthorizedError,
+    error_name,
 )
 from flexamem.memory import Memory, open_store
 from flexamem.notes import note_json
@@ -130,6 +132,7 @@ class ServerConfig:
 
 STATUS = {  # the first that matches: subclasses before their bases
     NotFoundError: 404,
+    RequestConflictError: 409,  # a request id reused with another body: refused, not retried (an InvalidInputError)
     UnauthorizedError: 401,
     BudgetError: 400,
     InvalidInputError: 400,
@@ -206,7 +209,9 @@ Mode = Literal["auto", "pieces", "units"]
 
 class RenderIn(Strict):
     query: str = Field(min_length=1)
-    budget: int = Field(ge=1, le=MAX_BUDGET, description="tokens of the whole context (memory gets 0.95 x budget)")
+    budget: int = Field(
+        ge=1, le=MAX_BUDGET, strict=True, description="tokens of the whole context (memory gets 0.95 x budget)"
+    )
     mode: Mode = "auto"
     prompt: str = ""
     order: list[str] | None = Field(default=None, description="unit ids or labels, most relevant first (units)")
@@ -284,7 +289,7 @@ class NoteFull(NoteOut):
 
 class AgentIn(Strict):
     task: str = Field(min_length=1)
-    budget: int = Field(ge=1, le=MAX_BUDGET)
+    budget: int = Field(ge=1, le=MAX_BUDGET, strict=True)
     system: str = ""
     session_id: str | None = Field(default=None, pattern=SESSION)
 
@@ -359,7 +364,9 @@ ANSWERS = {
     "history is answered exactly so",
     408: "The request's body did not arrive in full within the server's body timeout: nothing was stored, "
     "the connection is closed",
-    409: "A conflict: the unit id is taken, or another writer advanced the history or agent session first",
+    409: "A conflict: the unit id is taken, or another writer advanced the history or agent session first "
+    "(ConcurrentWriteError: retry), or the Idempotency-Key or step id already names a write with another body "
+    "(RequestConflictError: nothing was stored; do not retry)",
     413: "The request body is over the server's limit",
     422: "The request does not match the schema",
     429: "Too many failed authentications from this address (wrong keys): every request that needs a key, "
@@ -506,8 +513,9 @@ RequestId = Annotated[
     Header(
         alias="Idempotency-Key",
         max_length=200,
-        description="the caller's id of this write: a retry with the same key stores nothing more and gets "
-        "the first answer (the Python client sends one with every write)",
+        description="the caller's id of this write: a retry with the same key and body stores nothing more and "
+        "gets the first answer; the same key with another body is refused (409 RequestConflictError), nothing "
+        "stored (the Python client sends one with every write)",
     ),
 ]
 
@@ -644,7 +652,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         status = _status(exc)
         if status >= 500 and not isinstance(exc, ServerBusyError):  # the environment failed: one log line
             log.error(json.dumps({"path": request.url.path, "error": type(exc).__name__}))
-        response = _error(status, type(exc).__name__, str(exc))
+        response = _error(status, error_name(exc), str(exc))
         if status == 503:
             response.headers["Retry-After"] = RETRY_AFTER
         return response
@@ -661,7 +669,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg"))} for e in exc.errors()
         ]
         first = details[0] if details else {"where": "", "problem": "invalid request"}
-        return _error(422, "ValidationError", f"{first['where']}: {first['problem']}", details)
+        # named as the library names the same mistake (a client raises that class): a budget's BudgetError
+        kind = BudgetError if first["where"].rsplit(".", 1)[-1] == "budget" else InvalidInputError
+        return _error(422, kind.__name__, f"{first['where']}: {first['problem']}", details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
