@@ -101,3 +101,30 @@ def test_every_verb_has_help() -> None:
     for verb in ("init", "add", "render", "histories", "notes", "show", "drop", "demo", "ingest", "eval", "replay"):
         done = run(verb, "--help")
         assert done.returncode == 0 and "usage: flexamem" in done.stdout, verb
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_heads_kept_by_the_cli_catch_a_cut_tail(tmp_path: Path) -> None:
+    import sqlite3
+
+    db, keys, kept = str(tmp_path / "m.db"), str(tmp_path / "keys.json"), tmp_path / "heads.jsonl"
+    assert run("serve", "--keys", keys, "--add-key", "acme").returncode == 0  # a key file and its secret
+    jsonl = "\n".join(json.dumps(s) for s in SESSIONS)
+    assert run("add", "-", "--db", db, "--history", "ana", "--keys", keys, stdin=jsonl).returncode == 0
+    done = run("head", "--db", db, "--history", "ana", "--keys", keys)
+    assert done.returncode == 0, done.stderr
+    heads = [json.loads(line) for line in done.stdout.splitlines()]
+    assert heads[0]["notes"] == 2 and heads[0]["signature"]
+    kept.write_text(done.stdout)
+    assert run("verify", "--db", db, "--history", "ana", "--head", str(kept), "--keys", keys).returncode == 0
+    conn = sqlite3.connect(db)  # the newest note cut off past the library, its head with it
+    for table in ("pieces", "piece_vectors", "links", "notes"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_no_delete")
+        conn.execute(f"DELETE FROM {table} WHERE history_id = 'ana' AND {'src' if table == 'links' else 'seq'} = 1")
+    conn.execute("DELETE FROM links WHERE history_id = 'ana' AND dst = 1")
+    conn.execute("DELETE FROM heads")
+    conn.commit()
+    conn.close()
+    done = run("verify", "--db", db, "--history", "ana", "--head", str(kept), "--json")
+    assert done.returncode == 1 and any("rolled back" in p for p in json.loads(done.stdout)["problems"]), done.stdout

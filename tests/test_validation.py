@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import flexamem as fm
+from flexamem.digests import step_digest
 from flexamem.chat import MAX_DEPTH, chat_problems
 
 
@@ -81,16 +82,19 @@ def test_a_session_stored_with_bad_messages_renders_them_as_text(tmp_path: Path)
     agent = mem.agent(task="t", budget=700, session_id="s")
     for i in range(4):
         agent.step(action=f"call {i}", observation=f"result {i} " * 20)
-    db = sqlite3.connect(path)
+    db = sqlite3.connect(path)  # steps as an older version wrote them: unchecked, digests chained as it did
+    hid = agent.core.history_id
+    previous = db.execute("SELECT digest FROM steps WHERE history_id = ? AND n = 3", (hid,)).fetchone()[0]
     for n, msgs in enumerate([*BAD_MESSAGES[:3], BAD_MESSAGES[11]], start=4):
         data = {"action": f"bad {n}", "observation": "o " * 40, "actor": "assistant", "messages": [msgs]}
-        db.execute(
-            "INSERT INTO steps (history_id, n, step_id, data) VALUES (?, ?, NULL, ?)",
-            (agent.core.history_id, n, json.dumps(data, ensure_ascii=False)),
-        )
+        text = json.dumps(data, ensure_ascii=False)
+        previous = step_digest(previous, n, None, text)
+        db.execute("INSERT INTO steps (history_id, n, step_id, data, digest) VALUES (?, ?, NULL, ?, ?)",
+                   (hid, n, text, previous))  # fmt: skip
     deep = '{"action": "deep", "observation": "", "actor": "assistant", "messages": [{"role": "user", "content": '
     deep += "[" * 3000 + '"x"' + "]" * 3000 + "}]}"  # too deep for json itself to read back
-    db.execute("INSERT INTO steps (history_id, n, data) VALUES (?, 8, ?)", (agent.core.history_id, deep))
+    db.execute("INSERT INTO steps (history_id, n, data, digest) VALUES (?, 8, ?, ?)",
+               (hid, deep, step_digest(previous, 8, None, deep)))  # fmt: skip
     db.commit()
     db.close()
     reopened = fm.Memory(path).agent(session_id="s")

@@ -488,7 +488,8 @@ class AgentSession:
                 min(TRACE_FIRST_LINE_TOKENS, s.agent_trace_line_tokens),
                 " …",
             )
-            long = self._cut_to(head + fmt.body(whole), s.agent_trace_line_tokens, " …")
+            # cut as written, then marked: the marks (one token a line) do not shorten what is shown
+            long = head + fmt.body(self._cut_to(whole, s.agent_trace_line_tokens - self.counter.count(head), " …"))
             self._trace_lines[i] = (short, self.counter.count(short), long, self.counter.count(long))
         return self._trace_lines[i]
 

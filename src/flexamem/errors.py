@@ -30,6 +30,11 @@ class UnauthorizedError(FlexaMemError):
     """No API key, or a key no tenant of the server holds (HTTP 401)."""
 
 
+class ThrottledError(UnauthorizedError):
+    """A server refuses this client's address for a while after too many failed authentications (HTTP
+    429 with ``Retry-After``): nothing was done; a call with a right key goes through once it has passed."""
+
+
 class DuplicateUnitError(FlexaMemError):
     """A unit id was written twice; notes are write-once."""
 

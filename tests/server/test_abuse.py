@@ -344,7 +344,7 @@ def test_wrong_keys_from_one_address_are_throttled_in_every_worker(guarded: Serv
             r = fresh.get("/v1/histories", headers={"Authorization": f"Bearer fm_wrong{i}"})
             statuses.append(r.status_code)
             if r.status_code == 429:
-                assert int(r.headers["retry-after"]) >= 1 and r.json()["error"]["type"] == "TooManyRequests"
+                assert int(r.headers["retry-after"]) >= 1 and r.json()["error"]["type"] == "ThrottledError"
     elapsed = time.monotonic() - start
     assert set(statuses) == {401, 429}, statuses
     allowed = WORKERS * (BURST + RATE * elapsed) + 1  # each worker's bucket: BURST at once, then RATE a second

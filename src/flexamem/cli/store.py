@@ -146,6 +146,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     items = _read_items(args.input)
     kind = args.kind or _kind_of(items)
     with _open(args, must_exist=False) as mem:
+        _with_key(args, mem)
         if kind == "steps":
             if not args.agent:
                 raise InvalidInputError("agent steps need --agent SESSION_ID (and --task/--budget to start it)")
@@ -222,6 +223,43 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     _emit(args, data, text)
     return 0
+
+
+def _with_key(args: argparse.Namespace, mem: Memory) -> Memory:
+    """``--keys``: the server key file whose secret signs this store's heads (a local store only)."""
+    if getattr(args, "keys", None):
+        if getattr(args, "url", None):
+            raise InvalidInputError("--keys is for a local store: a server signs its heads with its own key file")
+        from flexamem.server.keys import KeyFile
+
+        mem.store.head_key = KeyFile(args.keys).head_secret()
+    return mem
+
+
+def cmd_head(args: argparse.Namespace) -> int:
+    """The heads of a history and its agent sessions (JSON lines), to keep outside the database."""
+    with _open(args, read_only=True) as mem:
+        _with_key(args, mem)
+        heads = [mem.head(), *(mem.agent(session_id=sid).head() for sid in mem.sessions())]
+    for head in heads:
+        print(json.dumps(head.as_json(), ensure_ascii=False))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Every problem of the history's rows (and, with --head, whether it extends the heads kept then):
+    exit 0 when none, 1 when some."""
+    kept = None
+    if args.head:
+        text = sys.stdin.read() if args.head == "-" else Path(args.head).read_text(encoding="utf-8")
+        try:
+            kept = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise InvalidInputError(f"--head: not JSON lines of heads ({exc})") from None
+    with _open(args, read_only=True) as mem:
+        problems = _with_key(args, mem).verify(head=kept)
+    _emit(args, {"history": args.history, "problems": problems}, "\n".join(problems) or "no problems")
+    return 1 if problems else 0
 
 
 def cmd_drop(args: argparse.Namespace) -> int:
@@ -320,6 +358,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--budget", type=int, help="steps: the context budget in tokens (to start a new session)")
     p.add_argument("--system", help="steps: the system prompt (to start a new session)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--keys", help="a local store: sign its heads with this server key file's secret")
     p.set_defaults(func=cmd_add)
     p = sub.add_parser("render", help="print the memory rendered for a query within a budget")
     p.add_argument("query")
@@ -338,6 +377,15 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("unit", help="a unit id (note.unit_id) or label (u<position>)")
     common(p)
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("head", help="print the heads of a history and its agent sessions (JSON lines) to keep")
+    common(p)
+    p.add_argument("--keys", help="a local store: sign with this server key file's secret")
+    p.set_defaults(func=cmd_head)
+    p = sub.add_parser("verify", help="check every stored row against its digest (exit 1 on a problem)")
+    common(p)
+    p.add_argument("--head", help="a file of heads kept from 'flexamem head' (- for stdin): must still extend them")
+    p.add_argument("--keys", help="a local store: check signatures with this server key file's secret")
+    p.set_defaults(func=cmd_verify)
     p = sub.add_parser("drop", help="delete a whole history and its agent sessions (the only deletion)")
     common(p)
     p.add_argument("--yes", action="store_true", help="confirm the deletion")

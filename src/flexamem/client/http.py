@@ -32,6 +32,7 @@ from flexamem.errors import (
     StoreError,
     StoreFullError,
     StoreUnavailableError,
+    ThrottledError,
     UnauthorizedError,
     error_classes,
 )
@@ -52,6 +53,7 @@ BY_STATUS: dict[int, type[FlexaMemError]] = {
     409: ConcurrentWriteError,
     413: InvalidInputError,
     422: InvalidInputError,
+    429: ThrottledError,
     503: StoreUnavailableError,
     507: StoreFullError,
 }

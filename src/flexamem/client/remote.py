@@ -26,6 +26,7 @@ from flexamem.agent import AgentContext, check_resumed
 from flexamem.chat import Message
 from flexamem.client.http import Call, Transport
 from flexamem.config import ClientSettings, Settings
+from flexamem.digests import Head
 from flexamem.errors import InvalidInputError, NotFoundError
 from flexamem.memory import Memory, check_request_id
 from flexamem.notes import Note, Turn, note_from_json
@@ -240,8 +241,14 @@ class RemoteMemory(Memory):
         return self.http.run(Call("DELETE", path, lambda d: bool(d["dropped"]), missing=lambda: False))
 
     # -- reading -----------------------------------------------------------------------------------------
-    def verify(self) -> list[str]:
-        return self.http.run(Call("GET", self._base + "/verify", lambda d: list(d["problems"]), missing=list))
+    def verify(self, head: Head | Mapping[str, Any] | Sequence[Head | Mapping[str, Any]] | None = None) -> list[str]:
+        if head is None:
+            return self.http.run(Call("GET", self._base + "/verify", lambda d: list(d["problems"]), missing=list))
+        heads = [h.as_json() for h in self._kept_heads(head).values()]  # checked here as locally
+        return self.http.run(Call("POST", self._base + "/verify", lambda d: list(d["problems"]), {"heads": heads}))
+
+    def head(self) -> Head:
+        return self.http.run(Call("GET", self._base + "/head", Head.from_json))
 
     def sessions(self) -> list[str]:
         return self.http.run(Call("GET", self._base + "/agents", lambda d: [str(s) for s in d], missing=list))
@@ -432,6 +439,10 @@ class RemoteAgentSession:
             )
 
         return Call("GET", self._path + "/context", read, params={"mode": mode})
+
+    def head(self) -> Head:
+        """This session's head (as :meth:`flexamem.AgentSession.head`)."""
+        return self.mem.http.run(Call("GET", self._path + "/head", Head.from_json))
 
     def context(
         self, options: RenderOptions | None = None, mode: str = "auto", order: Sequence[str] | None = None

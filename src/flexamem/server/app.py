@@ -330,6 +330,27 @@ class VerifyOut(BaseModel):
     problems: list[str]
 
 
+class HeadOut(BaseModel):
+    """A history's head (``Memory.head()``): each chain's length and last digest, its state's digest."""
+
+    history: str
+    epoch: str
+    notes: int
+    note: str
+    steps: int
+    step: str
+    requests: int
+    request: str
+    state: str
+    legacy: list[int] | None
+    digest: str
+    signature: str | None
+
+
+class HeadsIn(BaseModel):
+    heads: list[dict[str, Any]] = Field(max_length=1000)
+
+
 class Dropped(BaseModel):
     history: str
     dropped: bool
@@ -470,7 +491,7 @@ def tenant(request: Request) -> str:
         seconds = math.ceil(wait)
         raise Refusal(
             429,
-            "TooManyRequests",
+            "ThrottledError",
             f"too many failed authentications from this address: every request that needs a key is refused "
             f"for {seconds} s",
             {"Retry-After": str(seconds)},
@@ -537,6 +558,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         writer = LLMWriter(endpoint.client())
     offloaded = OffloadedEmbedder() if config.offload_writes else None
     memories = Memories(config.db, config.max_open, offloaded, writer)
+    memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
     metrics = Metrics()
 
     def opened(t: str, history: str, must_exist: bool = False) -> Memory:
@@ -759,6 +781,24 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Every stored row a render or agent context of the history can show, checked against its digest:
         the problems found (each names its row), or none."""
         return {"history": history, "problems": memories.existing(t, history).verify()}
+
+    @app.post("/v1/histories/{history}/verify", response_model=VerifyOut, responses=answers(400, 404, 413, 422))
+    def verify_against(body: HeadsIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """As ``GET .../verify``, and whether the history (and its sessions) still extend the heads a
+        caller kept (``GET .../head``): rows cut off the end, a rewritten chain or a rollback are reported."""
+        return {"history": history, "problems": memories.existing(t, history).verify(head=body.heads)}
+
+    @app.get("/v1/histories/{history}/head", response_model=HeadOut, responses=answers(404, 422))
+    def head(history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """The history's head now, signed with the server's key file secret: keep it, and send it back to
+        ``POST .../verify`` later."""
+        return memories.existing(t, history).head().as_json()
+
+    @app.get("/v1/histories/{history}/agents/{session_id}/head", response_model=HeadOut, responses=answers(404, 422))
+    def agent_head(history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, Any]:
+        """An agent session's head (as ``GET .../head``)."""
+        found: AgentSession = session(t, history, session_id)
+        return found.head().as_json()
 
     def page(t: str, history: str, start: int, limit: int | None, full: bool) -> list[dict[str, Any]]:
         found = memories.existing(t, history).notes(start, None if limit is None else start + limit)

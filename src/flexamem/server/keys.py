@@ -120,6 +120,11 @@ class KeyFile:
             self._refresh()
         return self._secret.encode("utf-8")
 
+    def head_secret(self) -> bytes:
+        """The secret that signs the heads the store writes (``Memory(head_key=)``): derived from the
+        key file's secret, so it lives outside the database like the keys themselves."""
+        return hmac.new(self.link_secret(), b"flexamem heads", hashlib.sha256).digest()
+
     def sign_link(self, tenant: str, history: str, seconds: int, view: str) -> tuple[str, int]:
         """A token that lets a browser open the inspector on ``tenant``'s ``history`` for ``seconds``, showing
         only ``view`` (:func:`link_view` of the query, budget and mode it was made for): ``(token, expiry as

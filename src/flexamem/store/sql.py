@@ -571,7 +571,10 @@ class SQLStore:
                     f" {now.requests}): rows were cut off the end, inserted or changed past the library"
                 )
             if self.head_key is not None and not head.signed_by(self.head_key):
-                problems.append(f"the stored head of {history!r} is not signed by this store's key: rewritten")
+                problems.append(
+                    f"the stored head of {history!r} is not signed by this store's key: rewritten, or written"
+                    " without the key"
+                )
         elif now.legacy is None:
             problems.append(f"the head of {history!r} is missing: it was deleted past the library")
         if kept is not None:
