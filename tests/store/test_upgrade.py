@@ -27,6 +27,8 @@ from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION
 from flexamem.store.sqlite import SQLiteStore, split_sql
 from tests.conftest import NO_POSTGRES
 
+pytestmark = pytest.mark.faults  # make faults upgrades every past schema too
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "stores"
 SQLITE = sorted(FIXTURES.glob("v*.db"))
 POSTGRES = sorted(FIXTURES.glob("pg-*.sql"))

@@ -77,7 +77,14 @@ def merged_problem(history: str, r: Sequence[Any]) -> str | None:
     return f"merged record of notes {r[0]}..{r[1]} (level {r[2]}) of {history!r} does not match its digest"
 
 
-def _merged(history: str, r: Sequence[Any]) -> MergedRecord:
+def _merged(history: str, r: Sequence[Any], legacy: int = 0) -> MergedRecord:
+    """A ``MERGED_COLUMNS`` row read back; one without a digest in a history that held no merged record
+    before digests (``legacy``: how many it held) is refused like a damaged one."""
+    if r[7] is None and not legacy:
+        raise StoreCorruptError(
+            f"merged record of notes {r[0]}..{r[1]} of {history!r} has no digest, though every merged record"
+            " of it was written with one (Memory.verify() lists every damaged row)"
+        )
     problem = merged_problem(history, r)
     if problem:
         raise StoreCorruptError(f"{problem}: changed after writing (Memory.verify() lists every damaged row)")
@@ -165,6 +172,8 @@ class SQLStore:
         if not rows:
             return None
         problem = self._history_problem(history, rows[0])
+        if problem is None and rows[0][4] is None and not self._legacy_part(history, 3):
+            problem = f"the row of history {history!r} has no digest, though it was written with one"
         if problem:
             raise StoreCorruptError(f"{problem} (Memory.verify() lists every damaged row)")
         return str(rows[0][0]), dict(json.loads(rows[0][1]))
@@ -501,14 +510,15 @@ class SQLStore:
             " WHERE m.history_id = ? AND m.first_seq = ? AND m.last_seq = ? AND m.level = ?",
             (history, first, last, level),
         )
-        return _merged(history, rows[0]) if rows else None
+        return _merged(history, rows[0], self._legacy_part(history, 2)) if rows else None
 
     def load_merged(self, history: str) -> list[MergedRecord]:
         rows = self._read(
             f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM} WHERE m.history_id = ? ORDER BY m.first_seq, m.level",
             (history,),
         )
-        return [_merged(history, r) for r in rows]
+        legacy = self._legacy_part(history, 2)
+        return [_merged(history, r, legacy) for r in rows]
 
     def verify(self, history: str, kept: Head | None = None) -> list[str]:
         """Every problem of the rows a render or a context can show (``[]``: none): the history row,
