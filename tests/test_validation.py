@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import flexamem as fm
-from flexamem.digests import step_digest
 from flexamem.chat import MAX_DEPTH, chat_problems
+from flexamem.digests import step_digest
 
 
 def nested(depth: int) -> Any:

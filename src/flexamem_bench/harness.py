@@ -24,6 +24,7 @@ from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
 from flexamem.config import WRITE_SETTINGS
 from flexamem.llm.client import ChatModel
+from flexamem.render import format as fmt
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.write.default_embed import default_embedder
 from flexamem.write.records import RecordWriter, RuleWriter
@@ -66,10 +67,12 @@ class Progress:
 def measure(
     output: Output, item: QAItem, turns: dict[str, str], pieces: dict[str, list[str]], prompt_tokens: int, budget: int
 ) -> dict[str, Any]:
-    """The LLM-free measures of one rendering for one question (text containment, any method)."""
+    """The LLM-free measures of one rendering for one question (text containment, any method): a turn
+    counts as shown when its text is in the rendering as a render shows stored text (``format.body``:
+    its further lines behind the continuation mark; every method shows raw text so)."""
     text = output.text
-    verbatim = [t for t in item.evidence if turns[t].strip() and turns[t].strip() in text]
-    partial = [t for t in item.evidence if any(p in text for p in pieces.get(t, []))]
+    verbatim = [t for t in item.evidence if turns[t].strip() and fmt.body(turns[t].strip()) in text]
+    partial = [t for t in item.evidence if any(fmt.body(p) in text for p in pieces.get(t, []))]
     n = len(item.evidence)
     sessions = {_session_of(t) for t in item.evidence}
     return {

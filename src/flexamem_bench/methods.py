@@ -54,7 +54,8 @@ class MethodContext:
         return allowance(budget, self.mem.counter.count(self.prompt) + self.mem.counter.count(question))
 
     def turns(self) -> tuple[list[str], np.ndarray, BM25Index]:
-        """Every turn (block) as a line ``[turn id] speaker: text``, its MiniLM vector and a BM25 index
+        """Every turn (block) as a line ``[turn id] speaker: text`` (stored text shown as a render shows it:
+        ``format.field``, ``format.body``), its MiniLM vector and a BM25 index
         over the turns (computed once per history; a turn that is one piece reuses the piece vector)."""
         cached = self.extra.get("turns")
         if cached is None:
@@ -62,7 +63,7 @@ class MethodContext:
             todo: list[int] = []
             for note in self.mem.history.notes:
                 for b, block in enumerate(note.blocks):
-                    lines.append(f"[{block.source_id or note.unit_id}] {block.text}")
+                    lines.append(f"[{fmt.field(block.source_id or note.unit_id)}] {fmt.body(block.text)}")
                     texts.append(block.text)
                     index.add(content_words(block.text))
                     own = [p for p in note.pieces if p.block == b]
