@@ -26,7 +26,7 @@ from flexamem.errors import (
     WriteOnceError,
 )
 from flexamem.llm import LLMConfig, OpenAICompatible, ResponseCache, RetryPolicy, load_config
-from flexamem.memory import Memory
+from flexamem.memory import Memory, import_history
 from flexamem.notes import Fields, Note, Piece, Record, Step, Turn, UnitDraft
 from flexamem.render.renderer import ABLATIONS, RenderOptions
 from flexamem.render.result import Rendering, UnitView
@@ -68,5 +68,6 @@ __all__ = [
     "StoreUnavailableError",
     "UnauthorizedError",
     "count",
+    "import_history",
     "load_config",
 ]

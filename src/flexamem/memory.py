@@ -18,7 +18,7 @@ import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from flexamem.names import reserved, session_history, session_prefix
 from flexamem.notes import Note, Turn, UnitDraft
 from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Hit, Rendering
+from flexamem.store import transfer
 from flexamem.store.base import Store
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.telemetry import DELETE, DELETE_STORE, SEARCH, UPDATE, memory_span
@@ -424,6 +425,16 @@ class Memory:
             return Head(self.history_id, "", 0, "", 0, "", 0, "", state_digest([])).signed(self.store.head_key)
         return head
 
+    def export(self, out: str | Path | IO[str]) -> int:
+        """Write this history and its agent sessions to ``out`` (a path, or an open text file) as the JSON
+        Lines :func:`import_history` reads back: every stored row with its digest, so the file can be
+        checked on its own (docs/RELIABILITY.md, "Moving a memory"). Returns the lines written."""
+        with self.core.lock:
+            histories = transfer.family(self.store, self.history_id)
+            if not histories:
+                raise InvalidInputError(f"history {self.history_id!r} has nothing stored to export")
+            return transfer.export(self.store, histories, out)
+
     def _kept_heads(self, head: object) -> dict[str, Head]:
         if head is None:
             return {}
@@ -622,3 +633,22 @@ class Memory:
         return AgentSession.open(
             factory, self.history_id, task=task, budget=budget, system=system, session_id=session_id
         )
+
+
+def import_history(
+    source: str | Path | IO[bytes] | IO[str], db: str | Path | Store, *, history: str | None = None
+) -> list[str]:
+    """Import an export (:meth:`Memory.export`, ``flexamem export``) into the store ``db`` names (a SQLite
+    path, a ``postgresql://`` URL, or a store): every line is checked against its digests and the heads
+    before anything is written, then written in one transaction. ``history`` stores the file's history
+    (and its agent sessions) under that name. A tampered file raises :class:`InvalidInputError` naming
+    its line, a history the store already holds is refused; either way nothing is written. Returns the
+    histories written (open one with ``Memory(db, history=...)``)."""
+    if isinstance(db, Store):
+        return transfer.import_history(db, source, history)
+    check_file_path(db)
+    store = open_store(db)
+    try:
+        return transfer.import_history(store, source, history)
+    finally:
+        store.close()

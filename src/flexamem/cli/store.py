@@ -1,4 +1,5 @@
-"""The CLI's store verbs: ``init``, ``add``, ``render``, ``histories``, ``notes``, ``show``, ``drop``.
+"""The CLI's store verbs: ``init``, ``add``, ``render``, ``histories``, ``notes``, ``show``, ``drop``,
+``export``, ``import``, ``backup``.
 
 Each takes ``--db`` (a SQLite file or a ``postgresql://`` URL; default ``$FLEXAMEM_DB``) and, where it
 reads or writes one history, ``--history``. ``--json`` prints machine-readable output on stdout.
@@ -17,10 +18,11 @@ from typing import Any, TextIO
 
 from flexamem.client import RemoteMemory
 from flexamem.errors import InvalidInputError
-from flexamem.memory import Memory, check_file_path
+from flexamem.memory import Memory, check_file_path, import_history
 from flexamem.notes import Note, note_json
 from flexamem.render.renderer import MODES
 from flexamem.render.result import rendering_json
+from flexamem.store import transfer
 
 
 def print_note(note: Note, out: list[str]) -> None:
@@ -262,6 +264,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """A history and its agent sessions (or, with --all, every history) as checkable JSON Lines."""
+    db = _db(args)
+    with Memory(db, history=args.history, read_only=True) as mem:
+        if args.all:
+            histories = transfer.everything(mem.store)
+            if not histories:
+                raise InvalidInputError(f"{db} holds no history to export")
+            lines = transfer.export(mem.store, histories, args.out or sys.stdout)
+        else:
+            histories = transfer.family(mem.store, args.history)
+            lines = mem.export(args.out or sys.stdout)
+    where = args.out or "stdout"
+    print(f"{len(histories)} histories ({lines} lines) exported to {where}: {', '.join(histories)}", file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """An export checked line by line, then written in one transaction (never over an existing history)."""
+    db = _db(args, must_exist=False)
+    histories = import_history(args.input, db, history=args.history)
+    _emit(args, {"db": db, "histories": histories}, f"{len(histories)} histories imported: {', '.join(histories)}")
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A copy of a live SQLite store (SQLite's online backup API), verified: exit 1 if the copy has problems."""
+    db = _db(args)
+    problems = transfer.backup(db, args.out)
+    _emit(args, {"db": db, "out": args.out, "problems": problems},
+          "\n".join(problems) or f"{db} backed up to {args.out}; the copy verifies")  # fmt: skip
+    return 1 if problems else 0
+
+
 def cmd_drop(args: argparse.Namespace) -> int:
     if not args.yes:
         raise InvalidInputError(f"drop deletes history {args.history!r} and its agent sessions for good: add --yes")
@@ -390,6 +426,23 @@ def add_store_commands(sub: Any) -> None:
     common(p)
     p.add_argument("--yes", action="store_true", help="confirm the deletion")
     p.set_defaults(func=cmd_drop)
+    p = sub.add_parser("export", help="write a history and its agent sessions (or --all) as checkable JSON Lines")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+    p.add_argument("--history", default="default", help="which history (default: default)")
+    p.add_argument("--all", action="store_true", help="every history of the store")
+    p.add_argument("--out", help="the file to write (default: stdout)")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("import", help="check an export line by line, then write it in one transaction")
+    p.add_argument("input", help="a file from 'flexamem export', or - for stdin")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
+    p.add_argument("--history", help="store the file's one history (and its sessions) under this name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_import)
+    p = sub.add_parser("backup", help="copy a live SQLite store (online backup API) and verify the copy")
+    p.add_argument("out", help="the copy's path (must not exist)")
+    p.add_argument("--db", help="SQLite file (default: $FLEXAMEM_DB)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_backup)
     p = sub.add_parser("serve", help="run the HTTP server (FastAPI; API keys per tenant)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
     p.add_argument("--keys", default=os.environ.get("FLEXAMEM_KEYS", "flexamem-keys.json"), help="key file")

@@ -140,6 +140,9 @@ class RemoteMemory(Memory):
     def llm_usage(self) -> dict[str, int]:
         raise self._local_only("llm_usage() (the server's /metrics counts model tokens per tenant)")
 
+    def export(self, out: Any) -> int:
+        raise self._local_only("export() (export where the store is: flexamem export --db)")
+
     def __getattr__(self, name: str) -> Any:
         """What a local Memory holds as attributes (its store, history core, record writer): refused
         by name, as the properties above are, instead of an AttributeError about a missing attribute."""

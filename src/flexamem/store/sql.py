@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -33,6 +33,7 @@ from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
     HistoryDroppedError,
+    InvalidInputError,
     StoreCorruptError,
     StoreError,
 )
@@ -47,6 +48,7 @@ MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id A
 NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes", "requests", "heads",
           "legacy")  # by drop_history  # fmt: skip
+DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call"}
 LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
 
 
@@ -666,3 +668,103 @@ class SQLStore:
             return json.loads(rows[0][0]) if rows else None
         except (TypeError, ValueError) as exc:
             raise StoreCorruptError(f"the state {key!r} of {history!r} cannot be read (corrupt: {exc})") from None
+
+    # -- moving a history (store/transfer.py reads and checks the rows) ----------------------------
+    def dump(self, history: str, batch: int = 64) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every stored row of one history as stored, in the order an export writes them: its row (and
+        what it held before digests), its notes (each with its pieces, piece vectors and outgoing links;
+        read ``batch`` notes at a time), merged records, steps, requests, state, model calls and its
+        stored head. Bytes stay bytes; nothing is checked here (the reader of an export checks)."""
+        rows = self._read(
+            "SELECT id, kind, meta, created_at, COALESCE(epoch, ''), parent, digest FROM histories WHERE id = ?",
+            (history,),
+        )
+        if not rows:
+            return
+        row = dict(zip(HISTORY_COLUMNS.split(", "), rows[0], strict=True))
+        yield "history", {**row, "legacy": self.legacy(history)}
+        names = [*NOTE_COLUMNS.split(", "), "created_at"]
+        for start in range(0, self.note_count(history), batch):
+            args = (history, start, start + batch)
+            where = "WHERE history_id = ? AND seq >= ? AND seq < ?"
+            pieces: dict[int, list[list[Any]]] = {}
+            for p in self._read(f"SELECT {PIECE_COLUMNS} FROM pieces {where} ORDER BY seq, idx", args):
+                pieces.setdefault(int(p[0]), []).append(list(p[1:]))
+            vectors: dict[int, list[bytes]] = {}
+            for seq, blob in self._read(f"SELECT seq, vector FROM piece_vectors {where} ORDER BY seq, idx", args):
+                vectors.setdefault(int(seq), []).append(bytes(blob))
+            links: dict[int, list[int]] = {}
+            for a, b in self._read(
+                f"SELECT src, dst FROM links WHERE history_id = ? AND src >= ? AND src < ? ORDER BY {self.LINK_ORDER}",
+                args,
+            ):
+                links.setdefault(int(a), []).append(int(b))
+            for r in self._read(f"SELECT {NOTE_COLUMNS}, created_at FROM notes {where} ORDER BY seq", args):
+                note = dict(zip(names, r, strict=True))
+                note["embedding"] = bytes(note["embedding"])
+                seq = int(r[0])
+                yield "note", {**note, "pieces": pieces.get(seq, []), "piece_vectors": vectors.get(seq, []),
+                               "links": links.get(seq, [])}  # fmt: skip
+        for table, columns, order in (
+            ("merged", "first_seq, last_seq, level, text, tokens, writer, flagged, created_at, digest",
+             "first_seq, level, last_seq"),
+            ("steps", "n, step_id, data, digest", "n"),
+            ("requests", "n, request_id, units, body, digest", "n"),
+            ("state", "key, value", "key"),
+            ("llm_calls", "seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at", "id"),
+        ):  # fmt: skip
+            for r in self._read(f"SELECT {columns} FROM {table} WHERE history_id = ? ORDER BY {order}", (history,)):
+                yield DUMP_KINDS[table], dict(zip(columns.split(", "), r, strict=True))
+        head = self._read("SELECT head, signature FROM heads WHERE history_id = ?", (history,))
+        yield "head", {"head": head[0][0] if head else None, "signature": head[0][1] if head else None}
+
+    def import_rows(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
+        """Write the rows of whole histories (as :meth:`dump` reads them, each history's row first and its
+        ``"head"`` last) in ONE transaction: every row as given, then each history's head computed from
+        its rows as this transaction sees them (signed with this store's key). A history already in the
+        store is refused (:class:`InvalidInputError`), and so is any error ``rows`` raises while it is
+        read (the caller checks each row as it goes): either way nothing is written. Returns the
+        histories written."""
+        written: list[str] = []
+        with self._write() as conn:
+            for kind, r in rows:
+                hid = written[-1] if written else ""
+                if kind == "history":
+                    hid = str(r["id"])
+                    if self._run(conn, "SELECT 1 FROM histories WHERE id = ?", (hid,)).fetchone() is not None:
+                        raise InvalidInputError(
+                            f"history {hid!r} is already in the store: an import never overwrites a history (drop"
+                            " it first, or import under another name)"
+                        )
+                    try:
+                        self._run(
+                            conn,
+                            f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [r[c] for c in HISTORY_COLUMNS.split(", ")],
+                        )
+                    except self.INTEGRITY as exc:
+                        raise InvalidInputError(f"history {hid!r} was created while it was imported") from exc
+                    written.append(hid)
+                elif kind == "note":
+                    columns = f"history_id, {NOTE_COLUMNS}, created_at"
+                    self._run(
+                        conn,
+                        f"INSERT INTO notes ({columns}) VALUES ({NOTE_MARKS})",
+                        [hid, *(r[c] for c in columns.split(", ")[1:])],
+                    )
+                    self._run_many(conn, "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)",
+                                   [(hid, r["seq"], *p) for p in r["pieces"]])  # fmt: skip
+                    self._run_many(conn, "INSERT INTO piece_vectors VALUES (?,?,?,?)",
+                                   [(hid, r["seq"], i, v) for i, v in enumerate(r["piece_vectors"])])  # fmt: skip
+                    self._run_many(conn, "INSERT INTO links (history_id, src, dst) VALUES (?,?,?)",
+                                   [(hid, r["seq"], d) for d in r["links"]])  # fmt: skip
+                elif kind == "head":
+                    self._put_head(conn, hid)
+                else:
+                    table = {v: k for k, v in DUMP_KINDS.items()}[kind]
+                    self._run(
+                        conn,
+                        f"INSERT INTO {table} (history_id, {', '.join(r)}) VALUES ({','.join('?' * (len(r) + 1))})",
+                        [hid, *r.values()],
+                    )
+        return written
