@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 import flexamem as fm
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stores"
 
 
 def turn(text: str, speaker: str = "A") -> list[dict[str, str]]:
@@ -126,22 +129,27 @@ def test_a_second_driver_of_one_session_is_refused(tmp_path: Path) -> None:
 
 
 def test_steps_stored_before_their_unit_resume_consistently(tmp_path: Path) -> None:
-    """A crash (in an older version) after a step was saved but before its unit was written."""
+    """A crash in an older version after a step was saved but before its unit was written: its store
+    (schema 5, e233e51, steps without digests) holds steps past the session's last unit."""
     path = tmp_path / "c.db"
-    agent = fm.Memory(path).agent(task="t", budget=700, session_id="s")
-    for i in range(20):
-        agent.step(action=f"call {i}", observation=f"out {i} " * 60)
-    written = len(agent.core.history)
+    shutil.copy(FIXTURES / "v5-e233e51.db", path)
     db = sqlite3.connect(path)  # the state a crash between the two writes left: steps without units
+    (steps,) = db.execute("SELECT COUNT(*) FROM steps WHERE history_id = 'conv/agent:a1'").fetchone()
+    (written,) = db.execute("SELECT COUNT(*) FROM notes WHERE history_id = 'conv/agent:a1'").fetchone()
     data = json.dumps({"action": "late", "observation": "x " * 400, "actor": "assistant", "messages": []})
-    db.execute("INSERT INTO steps (history_id, n, data) VALUES ('agent:s', 20, ?)", (data,))
-    db.execute("INSERT INTO steps (history_id, n, data) VALUES ('agent:s', 21, ?)", (data.replace("late", "later"),))
+    db.execute("INSERT INTO steps (history_id, n, data) VALUES ('conv/agent:a1', ?, ?)", (steps, data))
+    db.execute(
+        "INSERT INTO steps (history_id, n, data) VALUES ('conv/agent:a1', ?, ?)",
+        (steps + 1, data.replace("late", "later")),
+    )
     db.commit()
     db.close()
-    again = fm.Memory(path).agent(session_id="s")
-    assert len(again.core.history) >= written  # the missing units are written on resume
+    again = fm.Memory(path, history="conv").agent(session_id="a1")
+    assert [s.action for s in again.steps][-2:] == ["late", "later"]
+    assert len(again.core.history) > written  # the missing units are written on resume
     ctx = again.context()
     assert ctx.tokens <= ctx.ceiling and not ctx.pass_through
+    assert fm.Memory(path, history="conv").verify() == []
 
 
 def test_drop_deletes_a_whole_history_and_its_sessions_only(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 default changes, and a different one refused (vectors of two models are never compared)."""
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 import flexamem as fm
 from flexamem.write.default_embed import default_embedder
 from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "stores"
 
 SESSION = [
     {"role": "user", "content": "I booked the Lisbon hotel, reference HX-4471, for the pottery week."},
@@ -90,16 +93,16 @@ def test_agent_sessions_record_the_embedder_too(tmp_path: Path, int8: OnnxMiniLM
 
 
 def test_a_history_written_before_names_were_recorded_counts_as_fp32(tmp_path: Path, int8: OnnxMiniLMEmbedder) -> None:
-    db = tmp_path / "m.db"
-    with fm.Memory(db) as mem:
-        mem.add_session(SESSION)
-    with sqlite3.connect(db) as conn:  # an older version's row: no embedder in its meta (digest as written)
-        conn.execute("DROP TRIGGER histories_meta_fixed")
-        conn.execute("UPDATE histories SET meta = '{}', digest = NULL")
-    with fm.Memory(db, embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="all-MiniLM-L6-v2'"):
-        mem.render("the hotel?", 2048)
-    with fm.Memory(db) as mem:
-        assert "HX-4471" in mem.render("the Lisbon hotel reference?", 2048).text
+    db = tmp_path / "m.db"  # a store an older version wrote (schema 5, e233e51): no embedder in its meta
+    shutil.copy(FIXTURES / "v5-e233e51.db", db)
+    assert json.loads(sqlite3.connect(db).execute("SELECT meta FROM histories WHERE id = 'conv'").fetchone()[0]) == {}
+    with fm.Memory(db, history="conv", embedder=int8) as mem, pytest.raises(
+        fm.InvalidInputError, match="all-MiniLM-L6-v2'"
+    ):
+        mem.render("Where did Carla move?", 2048)
+    with fm.Memory(db, history="conv") as mem:
+        assert mem.embedder.name == "all-MiniLM-L6-v2"
+        assert "aquarium" in mem.render("Where did Carla move for her job?", 2048).text
 
 
 @pytest.mark.parametrize(
