@@ -96,8 +96,9 @@ def test_a_history_written_before_names_were_recorded_counts_as_fp32(tmp_path: P
     db = tmp_path / "m.db"  # a store an older version wrote (schema 5, e233e51): no embedder in its meta
     shutil.copy(FIXTURES / "v5-e233e51.db", db)
     assert json.loads(sqlite3.connect(db).execute("SELECT meta FROM histories WHERE id = 'conv'").fetchone()[0]) == {}
-    with fm.Memory(db, history="conv", embedder=int8) as mem, pytest.raises(
-        fm.InvalidInputError, match="all-MiniLM-L6-v2'"
+    with (
+        fm.Memory(db, history="conv", embedder=int8) as mem,
+        pytest.raises(fm.InvalidInputError, match="all-MiniLM-L6-v2'"),
     ):
         mem.render("Where did Carla move?", 2048)
     with fm.Memory(db, history="conv") as mem:
