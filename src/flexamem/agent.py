@@ -54,11 +54,11 @@ from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_
 from flexamem.render.renderer import Query, RenderOptions, check_mode
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import Entry
-from flexamem.store.base import StepRow
-from flexamem.telemetry import SEARCH, UPDATE, memory_span
+from flexamem.store.base import Erasure, StepRow
+from flexamem.telemetry import DELETE, SEARCH, UPDATE, memory_span
 from flexamem.text import clean_field, clean_text, code_terms, joined_query_terms, query_terms
 from flexamem.tokens import LineCounts
-from flexamem.write.units import agent_unit, command_text, first_line, pack_steps, step_text_tokens
+from flexamem.write.units import ERASED_MARK, agent_unit, command_text, first_line, pack_steps, step_text_tokens
 
 AGENT_DEFAULT_MODE = "auto"  # BM25 with an identifier prior; the paper's unit recovery is mode="units"
 MEMORY_HEADER = "Memory of earlier steps (records of past units; some recovered verbatim):\n"
@@ -107,24 +107,11 @@ class AgentSession:
         self.task: str = meta["task"]
         self.system: str = meta.get("system", "")
         self.budget: int = int(meta["budget"])
-        self.steps: list[Step] = []
-        self._messages: list[list[Message]] = []
-        self._raw_tokens: list[int] = []
-        self._msg_tokens: list[int] = []
         self._fixed_tokens: tuple[tuple[str | None, str], int] | None = None  # (system, task) and their count
-        self._step_ids: dict[str, int] = {}
-        self._commands: list[str | None] = []  # each step's command (write.units.command_text), or None
-        self._trace_lines: dict[int, tuple[str, int, str, int]] = {}  # step index -> its trace forms
-        self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
-        for row in core.store.load_steps(core.history_id):
-            step, msgs = _stored_step(row)
-            self._remember(step, msgs)
-            if row.step_id is not None:
-                self._step_ids[row.step_id] = row.n + 1
+        self._load_steps()
         self._task_vector: np.ndarray | None = None
         self._task_terms: list[str] | None = None
         self._line_counts = LineCounts()  # trace lines' tokens, kept across calls
-        self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
         # session state read once, then kept in memory and written through (no store read per call)
         self._started = bool(core.store.get_state(core.history_id, "memory_started"))
         self._spans: list[list[int]] = core.store.get_state(core.history_id, "timeline") or []
@@ -133,11 +120,59 @@ class AgentSession:
         if pending and not core.store.read_only:  # units of steps stored before a crash
             core.write(pending, retry=False)
 
+    def _load_steps(self) -> None:
+        """Read the session's steps (again, after an erasure rewrote some): everything kept of them."""
+        self.steps: list[Step] = []
+        self._messages: list[list[Message]] = []
+        self._raw_tokens: list[int] = []
+        self._msg_tokens: list[int] = []
+        self._step_ids: dict[str, int] = {}
+        self._commands: list[str | None] = []  # each step's command (write.units.command_text), or None
+        self._trace_lines: dict[int, tuple[str, int, str, int]] = {}  # step index -> its trace forms
+        self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
+        self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
+        self._erasures = self.core.erasures
+        for row in self.core.store.load_steps(self.core.history_id):
+            step, msgs = _stored_step(row)
+            self._remember(step, msgs)
+            if row.step_id is not None:
+                self._step_ids[row.step_id] = row.n + 1
+
     def _alive(self) -> None:
         """Catch up with the store; :class:`HistoryDroppedError` when the session was deleted (the core
-        is pinned). A step needs no call of its own: its write catches up first."""
+        is pinned). A step needs no call of its own: its write catches up first. After an erasure (here
+        or in another process) the steps are read again."""
         with self.core.lock:
             self.core.sync()
+            if self.core.erasures != self._erasures:
+                self._load_steps()
+
+    def erase(self, step: int, *, reason: str = "", marker: bool = True) -> Erasure:
+        """Erase agent step ``step`` (its number, as contexts show it): its action, output and messages
+        leave the stored step and the unit that holds it (written again from its other steps), in one
+        transaction with the erasure's chain row (see :meth:`flexamem.Memory.erase`). ``marker``: the
+        step shows as ``(erased)``. A step this session does not hold: :class:`NotFoundError`."""
+        self._alive()
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self.steps):
+            raise NotFoundError(f"agent session {self.session_id!r} has no step {step!r} (it has {len(self.steps)})")
+        reason = clean_text(reason, "reason", allow_empty=True)
+        shown = ERASED_MARK if marker else ""
+        old = self.steps[step - 1]
+        data = {
+            "action": shown,
+            "observation": "",
+            "actor": old.actor,
+            "messages": [{"role": "assistant", "content": shown}],
+        }
+        row = StepRow(step - 1, None, json.dumps(data))
+        with memory_span(DELETE, self.core.history_id, **{"gen_ai.conversation.id": self.session_id}):
+            done = self.core.erase(
+                "step", [f"{self.session_id}:{step}"], reason, lambda _n, b: b.step == step, marker=marker, steps=[row]
+            )
+        with self.core.lock:
+            self.core.sync()
+            self._load_steps()
+        return done
 
     def _set_state(self, key: str, value: Any) -> None:
         """Session state (written through; a read-only store keeps it in this process only)."""

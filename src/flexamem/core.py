@@ -36,16 +36,17 @@ from flexamem.errors import (
     StoreCorruptError,
 )
 from flexamem.history import History
-from flexamem.notes import Note, Record, UnitDraft
+from flexamem.notes import Block, Fields, Note, Record, UnitDraft
 from flexamem.render.renderer import Renderer
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import MergeNeeded, Timeline
-from flexamem.store.base import StepRow, Store
+from flexamem.store.base import Erasure, StepRow, Store
 from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
 from flexamem.write.default_embed import FP32, default_embedder
 from flexamem.write.embed import Embedder
-from flexamem.write.records import AsyncRecordWriter, RecordWriter
+from flexamem.write.records import AsyncRecordWriter, RecordWriter, RuleWriter
+from flexamem.write.units import ERASED_MARK, erased_draft, is_marker
 from flexamem.write.writer import NoteWriter
 
 T = TypeVar("T")
@@ -85,6 +86,7 @@ class HistoryCore:
         self._embedder_epoch: object = _UNCHECKED  # the epoch (None: no history) whose embedder was checked
         self.lock = threading.RLock()
         self.epoch: str | None = None  # the stored history's epoch as last read (None: no history seen)
+        self.erasures = 0  # how many erasures the stored history held when last read
         self.pinned = False  # an agent session's core: a dropped history raises instead of starting afresh
         self._history: History | None = None
         self._renderer: Renderer | None = None
@@ -181,9 +183,10 @@ class HistoryCore:
                 written += 1
 
     def reset(self) -> None:
-        """Forget the view (the history was dropped): the next use starts afresh from the store."""
+        """Forget the view (the history was dropped, or erased in): the next use starts afresh from the store."""
         with self.lock:
             self.epoch = None
+            self.erasures = 0
             self._history = History(self.embedder.dim)
             self._renderer = None
             self._piece_vectors = {}
@@ -198,7 +201,7 @@ class HistoryCore:
         raises :class:`HistoryDroppedError` instead."""
         with self.lock:
             for _ in range(WRITE_ATTEMPTS):
-                epoch, stored = self.store.history_head(self.history_id)
+                epoch, stored, erasures = self.store.history_state(self.history_id)
                 if self.epoch is not None and epoch != self.epoch:
                     if self.pinned:
                         raise HistoryDroppedError(
@@ -206,21 +209,24 @@ class HistoryCore:
                             "this agent session cannot go on, start a new one"
                         )
                     self.reset()
-                elif self._history is None:
-                    self.reset()
+                elif self._history is None or erasures != self.erasures:
+                    self.reset()  # an erasure rewrote notes this view holds: it forgets them all and reads again
                 history = self._history
                 assert history is not None
-                self.epoch = epoch
+                self.epoch, self.erasures = epoch, erasures
                 if stored <= len(history):
                     return 0
                 start = len(history)
                 notes = self.store.load_notes(self.history_id, start)
-                if self.store.history_head(self.history_id)[0] != epoch:
-                    continue  # dropped while we read: start again
+                if self.store.history_state(self.history_id)[::2] != (epoch, erasures):
+                    continue  # dropped or erased in while we read: start again
                 end = start + len(notes)  # more may land between the reads: their links wait for the next sync
                 legacy = self.store.legacy(self.history_id)  # a digest missing past these notes is reported
                 previous = (history.notes[-1].digest or "") if start else ""
-                problems = chain_problems(notes, previous, start, legacy=legacy[0] if legacy is not None else 0)
+                erased = self.store.erased(self.history_id)[0] if erasures else None
+                problems = chain_problems(
+                    notes, previous, start, legacy=legacy[0] if legacy is not None else 0, erased=erased
+                )
                 if problems:  # a render never shows a row verify() would flag: it refuses, naming the row
                     raise StoreCorruptError(
                         f"history {self.history_id!r} is damaged: {problems[0]} (Memory.verify() lists every problem)"
@@ -352,6 +358,43 @@ class HistoryCore:
                     return notes
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
         raise ConcurrentWriteError(f"gave up writing to {self.history_id!r} after {WRITE_ATTEMPTS} lost races")
+
+    def erase(
+        self,
+        kind: str,
+        ids: Sequence[str],
+        reason: str,
+        erased: Callable[[Note, Block], bool],
+        *,
+        marker: bool,
+        steps: Sequence[StepRow] = (),
+    ) -> Erasure:
+        """Erase the blocks ``erased(note, block)`` names from every note holding one, and ``steps``
+        (their stored data rewritten): each such note is written again from its other blocks (the rule
+        writer's record, new pieces and vectors; an empty note when none is left), in one store
+        transaction with the erasure's chain row. Nothing named: :class:`NotFoundError`, nothing changes.
+        Every view of the history, here and in other processes, reads it again from its next call."""
+        with self.lock:
+            self.sync()
+            history = self.history
+            rule = RuleWriter(self.settings.record_words, self.settings.merged_words)
+            note_writer = NoteWriter(self.embedder, self.counter, self.settings)
+            rewritten = []
+            for note in history.notes:
+                if not any(erased(note, b) for b in note.blocks if not is_marker(b)):
+                    continue
+                left = erased_draft(note, lambda b, n=note: erased(n, b))  # type: ignore[misc]
+                shown = erased_draft(note, lambda b, n=note: erased(n, b), marker=marker)  # type: ignore[misc]
+                if any(not is_marker(b) for b in left.blocks):
+                    record = rule.write_record(left)
+                else:
+                    record = Record(text=ERASED_MARK if marker else "", fields=Fields(), writer="erasure")
+                rewritten.append(note_writer.rewrite(note, shown, record))
+            if not rewritten and not steps:
+                raise NotFoundError(f"nothing named {', '.join(map(repr, ids))} in history {self.history_id!r}")
+            done = self.store.erase(self.history_id, kind, ids, reason, rewritten, steps, epoch=self.epoch)
+            self.reset()
+            return done
 
     def stored_request(self, request_id: str, body: str) -> list[str] | None:
         """The unit ids a write under ``request_id`` stored, None when there is none, or

@@ -8,9 +8,16 @@ context can show carries one, written in the same transaction as the row:
   before schema v6: 64 hex digits) covers the ids, raw text, record, fields, session, date and seq;
   version 2 (``"v2:"`` + hex) adds the token counts, blocks, pieces, writer flags, the embedding, the
   piece vectors and the links the note was written with, so every byte a render can draw on is covered;
+  version 3 (``"v3:"``, schema v8) adds a random per-note salt, erased with the note's words, so the
+  digest an erasure keeps in the chain gives nothing of them back (a short secret cannot be found by
+  trying every value);
 - a **merged record** (``merged.digest``): its span, text and writer, chained to the digest of the
   last note it merges (which covers every note before it);
-- an **agent step** (``steps.digest``): chained over the step before it;
+- an **agent step** (``steps.digest``): chained over the step before it (salted from schema v8);
+- an **erasure** (``erasures.digest``): what it named, why and when, and for each note and step it
+  rewrote the digest the row keeps (its place in its chain) and the digest of what the row holds now;
+  chained over the erasure before it, so the rest of every chain still verifies and the rewritten rows
+  are bound to the erasure that rewrote them;
 - a **history row** (``histories.digest``): its id, kind, meta (an agent session's task, system
   prompt and budget), epoch and parent.
 
@@ -31,6 +38,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +49,7 @@ from flexamem.notes import Note, blocks_json
 
 SEP = "\x1f"
 V2 = "v2:"
+V3 = "v3:"
 
 
 def _sha(parts: Iterable[Any]) -> str:
@@ -54,9 +63,10 @@ def _bytes_sha(arrays: Iterable[Any]) -> str:
     return h.hexdigest()
 
 
-def note_digest(note: Note, previous: str, *, version: int = 2) -> str:
+def note_digest(note: Note, previous: str, *, version: int = 3) -> str:
     """The digest ``note`` must carry after a note whose digest is ``previous`` (``""`` for the first).
-    ``version=1`` is the formula of notes written before schema v6 (checked, never written)."""
+    ``version=1`` and ``2`` are the formulas of notes written before schema v6 and v8 (checked, never
+    written); version 3 covers ``note.salt`` too."""
     parts: list[Any] = [previous, note.unit_id, note.kind, note.raw, note.record, note.fields.as_text()]
     parts += [note.session_id or "", note.date or "", note.seq]
     if version == 1:
@@ -69,16 +79,34 @@ def note_digest(note: Note, previous: str, *, version: int = 2) -> str:
     parts += [json.dumps(sorted(d for d in note.links if d < note.seq))]
     parts += [_bytes_sha([note.embedding]), _bytes_sha(note.piece_vectors if note.piece_vectors is not None else [])]
     parts += [-1 if note.piece_vectors is None else len(note.piece_vectors)]
-    return V2 + _sha(parts)
+    if version == 2:
+        return V2 + _sha(parts)
+    return V3 + _sha([*parts, note.salt or ""])
 
 
-def note_problem(note: Note, previous: str) -> str | None:
+def version_of(digest: str) -> int:
+    """The formula a stored note digest was written with (1, 2 or 3)."""
+    return 3 if digest.startswith(V3) else 2 if digest.startswith(V2) else 1
+
+
+def rewritten_digest(note: Note, kept: str) -> str:
+    """The digest of what an erasure left in a note whose chain digest ``kept`` stays in its row: the
+    note as it is now (salted anew), bound to that place in the chain."""
+    return note_digest(note, "erased" + SEP + kept)
+
+
+def note_problem(note: Note, previous: str, rewritten: str | None = None) -> str | None:
     """What is wrong with a stored note read back after a note with digest ``previous`` (``None``:
-    nothing, or a note written before digests). ``note.links`` must hold its stored outgoing links."""
+    nothing, or a note written before digests). ``note.links`` must hold its stored outgoing links.
+    ``rewritten``: the digest the last erasure that rewrote this note recorded for what it left (the
+    note's own digest then only keeps its place in the chain, as the erasure recorded it)."""
+    if rewritten is not None:
+        if rewritten_digest(note, note.digest or "") != rewritten:
+            return f"note {note.seq} ({note.unit_id!r}) does not match what the erasure that rewrote it left"
+        return None
     if note.digest is None:
         return None
-    version = 2 if note.digest.startswith(V2) else 1
-    if note_digest(note, previous, version=version) != note.digest:
+    if note_digest(note, previous, version=version_of(note.digest)) != note.digest:
         return f"note {note.seq} ({note.unit_id!r}) does not match its digest: changed after writing"
     return None
 
@@ -89,9 +117,28 @@ def merged_digest(first: int, last: int, level: int, text: str, tokens: int, wri
     return _sha(["merged", first, last, level, text, tokens, writer, int(flagged), last_note_digest])
 
 
-def step_digest(previous: str, n: int, step_id: str | None, data: str) -> str:
-    """An agent step's digest, chained over the step before it (``""`` for step 0)."""
-    return _sha(["step", previous, n, step_id if step_id is not None else "\x00", data])
+def step_digest(previous: str, n: int, step_id: str | None, data: str, salt: str | None = None) -> str:
+    """An agent step's digest, chained over the step before it (``""`` for step 0); salted from schema
+    v8 (``"v3:"``), unsalted before."""
+    parts = ["step", previous, n, step_id if step_id is not None else "\x00", data]
+    return _sha(parts) if salt is None else V3 + _sha([*parts, salt])
+
+
+def rewritten_step_digest(n: int, step_id: str | None, data: str, salt: str | None, kept: str) -> str:
+    """The digest of what an erasure left in step ``n``, whose chain digest ``kept`` stays in its row."""
+    return step_digest("erased" + SEP + kept, n, step_id, data, salt or "")
+
+
+def erasure_digest(previous: str, n: int, kind: str, ids: str, reason: str, at: float, notes: str, steps: str) -> str:
+    """An erasure's digest, chained over the erasure before it (``""`` for the first); ``ids``,
+    ``notes`` and ``steps`` as stored (JSON text: the rewritten notes as ``[seq, kept, now]``, steps
+    as ``[n, kept, now]``)."""
+    return _sha(["erasure", previous, n, kind, ids, reason, repr(float(at)), notes, steps])
+
+
+def new_salt() -> str:
+    """A random salt for one row's digest (128 bits)."""
+    return secrets.token_hex(16)
 
 
 def history_digest(history: str, kind: str, meta: str, epoch: str, parent: str | None) -> str:
@@ -117,6 +164,7 @@ def state_digest(rows: Iterable[tuple[str, str]]) -> str:
 
 
 HEAD_FIELDS = ("history", "epoch", "notes", "note", "steps", "step", "requests", "request", "state", "legacy")
+ERASURE_FIELDS = ("erasures", "erasure")  # in a head's digest once its history has an erasure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +188,14 @@ class Head:
     state: str
     legacy: tuple[int, ...] | None = None
     signature: str | None = None
+    erasures: int = 0  # how many erasures the history holds, and the digest of the last (Memory.erase)
+    erasure: str = ""
 
     @property
     def digest(self) -> str:
         parts = [getattr(self, f) for f in HEAD_FIELDS[:-1]]
-        return _sha(["head", *parts, json.dumps(list(self.legacy) if self.legacy is not None else None)])
+        more = [self.erasures, self.erasure] if self.erasures else []  # heads kept before erasures keep theirs
+        return _sha(["head", *parts, json.dumps(list(self.legacy) if self.legacy is not None else None), *more])
 
     def signed(self, key: bytes | None) -> Head:
         """This head signed with ``key`` (unchanged, unsigned, without one)."""
@@ -158,7 +209,7 @@ class Head:
         return self.signature is not None and hmac.compare_digest(expected, self.signature)
 
     def as_json(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in HEAD_FIELDS}
+        out = {f: getattr(self, f) for f in (*HEAD_FIELDS, *ERASURE_FIELDS)}
         out["legacy"] = list(self.legacy) if self.legacy is not None else None
         return {**out, "digest": self.digest, "signature": self.signature}
 
@@ -177,6 +228,7 @@ class Head:
                 requests=_count(data["requests"]), request=str(data["request"]), state=str(data["state"]),
                 legacy=None if legacy is None else tuple(_count(x) for x in legacy),
                 signature=None if data.get("signature") is None else str(data["signature"]),
+                erasures=_count(data.get("erasures", 0)), erasure=str(data.get("erasure", "")),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             fields = ", ".join(HEAD_FIELDS)
@@ -194,8 +246,9 @@ def _count(value: object) -> int:
 
 def extends(head: Head, kept: Head, digest_at: Any) -> list[str]:
     """Why the history whose current head is ``head`` does not extend ``kept`` (``[]``: it does).
-    ``digest_at(chain, n)`` is the stored digest of row ``n`` of ``"notes"``, ``"steps"`` or
-    ``"requests"`` (None when there is no such row)."""
+    ``digest_at(chain, n)`` is the stored digest of row ``n`` of ``"notes"``, ``"steps"``,
+    ``"requests"`` or ``"erasures"`` (None when there is no such row). An erasure keeps the digests of
+    the rows it rewrites, so a history erased in since still extends the head kept before."""
     name = repr(kept.history)
     if kept.epoch == "" and not (kept.notes or kept.steps or kept.requests):
         return []  # kept before anything was written: every history extends it
@@ -203,7 +256,8 @@ def extends(head: Head, kept: Head, digest_at: Any) -> list[str]:
         return [f"history {name} is not the one the kept head names: it was dropped and begun again since (epoch)"]
     problems = []
     for chain, count, last in (("notes", kept.notes, kept.note), ("steps", kept.steps, kept.step),
-                               ("requests", kept.requests, kept.request)):  # fmt: skip
+                               ("requests", kept.requests, kept.request),
+                               ("erasures", kept.erasures, kept.erasure)):  # fmt: skip
         now = getattr(head, chain)
         if now < count:
             problems.append(
@@ -220,12 +274,19 @@ def extends(head: Head, kept: Head, digest_at: Any) -> list[str]:
 
 
 def chain_problems(
-    notes: Sequence[Note], previous: str = "", first_seq: int = 0, *, legacy: int | None = None
+    notes: Sequence[Note],
+    previous: str = "",
+    first_seq: int = 0,
+    *,
+    legacy: int | None = None,
+    erased: Mapping[int, tuple[str, str]] | None = None,
 ) -> list[str]:
     """Problems of notes read back in order (numbering gaps and digest mismatches); ``previous`` is the
     digest of the note before ``notes[0]``, ``first_seq`` the seq it must have. A note may lack a digest
     only below ``legacy`` (the notes written before digests; None: a store that does not say, where the
-    chain starts again after such a note)."""
+    chain starts again after such a note). ``erased``: for each note an erasure rewrote, the chain digest
+    it kept and the digest of what it left (:func:`erased_notes`)."""
+    erased = erased or {}
     problems: list[str] = []
     expected = first_seq
     for note in notes:
@@ -237,8 +298,24 @@ def chain_problems(
                 f"note {note.seq} ({note.unit_id!r}) has no digest, though every note from {legacy} on was written"
                 " with one: its digest was removed"
             )
-        problem = note_problem(note, previous)
+        rewrite = erased.get(note.seq)
+        if rewrite is not None and (note.digest or "") != rewrite[0]:
+            problems.append(
+                f"note {note.seq} ({note.unit_id!r}) does not keep the digest its erasure recorded: changed after it"
+            )
+        problem = note_problem(note, previous, rewrite[1] if rewrite is not None else None)
         if problem:
             problems.append(problem)
         previous = note.digest or ""
     return problems
+
+
+def erased_rows(erasures: Iterable[Sequence[Any]], part: int) -> dict[int, tuple[str, str]]:
+    """For each row the erasures rewrote (``part``: 6 notes, 7 steps, of rows as ``SELECT n, kind, ids,
+    reason, at, digest, notes, steps`` reads them, oldest first): the digest its chain keeps and the digest
+    of what the last erasure left in it."""
+    out: dict[int, tuple[str, str]] = {}
+    for row in erasures:
+        for n, kept, now in json.loads(row[part]):
+            out[int(n)] = (str(kept), str(now))
+    return out

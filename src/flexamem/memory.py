@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
@@ -27,21 +27,21 @@ from flexamem.chat import message_turn
 from flexamem.config import ClientSettings, Settings
 from flexamem.core import HistoryCore, Relabel, request_body
 from flexamem.digests import Head, state_digest
-from flexamem.errors import DuplicateUnitError, InvalidInputError
+from flexamem.errors import DuplicateUnitError, InvalidInputError, NotFoundError
 from flexamem.history import History
 from flexamem.names import reserved, session_history, session_prefix
 from flexamem.notes import Note, Turn, UnitDraft
 from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Hit, Rendering
 from flexamem.store import transfer
-from flexamem.store.base import Store
+from flexamem.store.base import Erasure, Store
 from flexamem.store.sqlite import SQLiteStore
 from flexamem.telemetry import DELETE, DELETE_STORE, SEARCH, UPDATE, memory_span
 from flexamem.text import clean_field, clean_text, query_terms
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter, RuleWriter
-from flexamem.write.units import cut_session, free_session_id, parse_turns, relabel_drafts
+from flexamem.write.units import cut_session, free_session_id, is_marker, parse_turns, relabel_drafts
 
 if TYPE_CHECKING:
     from flexamem.agent import AgentSession
@@ -462,6 +462,72 @@ class Memory:
             dropped = self.store.drop_history(self.history_id)
             self.core.reset()
         return dropped
+
+    def erase(
+        self,
+        *,
+        turn: str | None = None,
+        session: str | None = None,
+        reason: str = "",
+        marker: bool = True,
+    ) -> Erasure:
+        """Erase one turn (by its id, or ``"<unit id or label>#<n>"``: the unit's n-th turn) or a whole
+        session (by its id) from every stored copy: raw text, pieces, the record and fields written
+        from it (written again by the rule writer from what is left), the unit's embedding and piece
+        vectors, merged records that drew on it; in one transaction, then the store's clean-up (SQLite:
+        zeroed and checkpointed: the words are in no file of it). ``verify()`` still passes and
+        :meth:`erasures` lists it (kind, ids, when, ``reason``; never the words). ``marker``: renders
+        show ``(erased)`` where the words were (a whole unit erased keeps its place on the timeline as
+        ``(erased)``); without it nothing shows. Every ``Memory`` of this history, in any process, reads it
+        again on its next call. Nothing named: :class:`NotFoundError`, nothing changes."""
+        if (turn is None) == (session is None):
+            raise InvalidInputError("erase takes one of turn= or session=")
+        reason = clean_text(reason, "reason", allow_empty=True)
+        with memory_span(DELETE, self.history_id):
+            if session is not None:
+                sid = clean_text(session, "session").strip()
+                return self.core.erase("session", [sid], reason, lambda note, _b: note.session_id == sid, marker=marker)
+            name = clean_text(turn, "turn").strip()
+            return self.core.erase("turn", [name], reason, self._turn_named(name), marker=marker)
+
+    def _turn_named(self, name: str) -> Callable[[Note, Any], bool]:
+        """Which block a turn name names: a turn id given when it was written, else ``unit#n``."""
+        with self.core.lock:
+            self.core.sync()
+            if any(b.source_id == name for n in self.core.history.notes for b in n.blocks if b.kind == "turn"):
+                return lambda _note, b: b.kind == "turn" and b.source_id == name
+            unit, _, index = name.rpartition("#")
+            if not unit or not index.isascii() or not index.isdigit() or int(index) < 1:
+                raise NotFoundError(f"no turn {name!r} in history {self.history_id!r} (a turn id, or unit#n)")
+            seq = self.core.position(unit)
+            turns = [b for b in self.core.history.notes[seq].blocks if b.kind == "turn" and not is_marker(b)]
+            if int(index) > len(turns):
+                raise NotFoundError(f"unit {unit!r} has {len(turns)} turns, not {index}")
+            chosen = turns[int(index) - 1]
+            return lambda note, b: note.seq == seq and b is chosen
+
+    def correct(
+        self,
+        turn: str,
+        turns: Iterable[Mapping[str, Any] | Turn],
+        *,
+        reason: str = "corrected",
+        session_id: str | None = None,
+        date: str | datetime.date | None = None,
+        marker: bool = False,
+    ) -> tuple[Erasure, list[str]]:
+        """Replace a wrong turn: erase it (:meth:`erase`; no marker by default, so the wrong fact is not
+        hinted at) and write ``turns`` (the right fact) as a new session; returns the erasure and the new
+        unit ids. The new turns are checked before anything is erased; the two writes are two
+        transactions (an erasure that landed stays if the write then fails: write again)."""
+        turns = list(turns)
+        self._drafts(turns, session_id, date)  # refused input erases nothing
+        erasure = self.erase(turn=turn, reason=reason, marker=marker)
+        return erasure, self.add_session(turns, session_id=session_id, date=date)
+
+    def erasures(self) -> list[Erasure]:
+        """This history's erasures, oldest first (what each named, why, when, the units it rewrote)."""
+        return self.store.erasures(self.history_id)
 
     def drop_session(self, session_id: str) -> bool:
         """Delete one agent session of this history (its steps and notes). Returns whether it existed."""

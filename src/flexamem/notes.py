@@ -160,6 +160,7 @@ class Note:
     # dense ranking then uses the note's embedding for its pieces)
     piece_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
     digest: str | None = None  # chained over the notes before it (flexamem.digests); None: written before v0.4
+    salt: str | None = field(default=None, repr=False)  # random, in the digest (v3); erased with the words
 
     @property
     def label(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from flexamem.digests import Head
 from flexamem.notes import LLMCall, Note
 
-__all__ = ["LLMCall", "MergedRecord", "StepRow", "Store"]
+__all__ = ["Erasure", "LLMCall", "MergedRecord", "StepRow", "Store"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,27 @@ class StepRow:
     n: int
     step_id: str | None
     data: str
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """One erasure as the chain keeps it (``Memory.erase``): what it named (``kind``: ``"turn"``,
+    ``"session"`` or ``"step"``; ``ids``), why, when (Unix time), and the notes (by position) and agent
+    steps (by number) whose words it removed. It keeps no word of what it erased."""
+
+    n: int
+    kind: str
+    ids: tuple[str, ...]
+    reason: str
+    at: float
+    notes: tuple[int, ...]
+    steps: tuple[int, ...]
+    digest: str
+
+    def as_json(self) -> dict[str, Any]:
+        units = [f"u{s + 1}" for s in self.notes]
+        return {"n": self.n, "kind": self.kind, "ids": list(self.ids), "reason": self.reason, "at": self.at,
+                "units": units, "steps": list(self.steps), "digest": self.digest}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,6 +106,43 @@ class Store(Protocol):
 
     def history_kind(self, history: str) -> str | None:
         """The kind of one history, or None when the store has no such history (one indexed read)."""
+        ...
+
+    def erase(
+        self,
+        history: str,
+        kind: str,
+        ids: Sequence[str],
+        reason: str,
+        notes: Sequence[Note],
+        steps: Sequence[StepRow],
+        *,
+        epoch: str | None = None,
+    ) -> Erasure:
+        """In one transaction: rewrite ``notes`` (same seq, unit id and digest; new words, pieces, piece
+        vectors and salt) and ``steps`` (same number and digest; new data), delete the merged records that
+        drew on a rewritten note, append the erasure to the history's erasure chain and write its head.
+        Then the store's own clean-up, so the old words are in no file of it (SQLite: secure delete and a
+        WAL checkpoint; PostgreSQL: VACUUM of the touched tables). ``epoch``: as for :meth:`append_notes`."""
+        ...
+
+    def erasures(self, history: str) -> list[Erasure]:
+        """The history's erasures, oldest first."""
+        ...
+
+    def erased(self, history: str) -> tuple[dict[int, tuple[str, str]], dict[int, tuple[str, str]]]:
+        """The notes (by position) and steps (by number) the history's erasures rewrote: for each, the
+        digest its chain keeps and the digest of what the last erasure left in it."""
+        ...
+
+    def scrub(self) -> None:
+        """Make the bytes of erased and deleted rows leave the store's files as far as the backend can
+        (SQLite: done by each erasure; PostgreSQL: VACUUM FULL of the rewritten tables)."""
+        ...
+
+    def history_state(self, history: str) -> tuple[str | None, int, int]:
+        """``(epoch, note count, erasure count)``: :meth:`history_head` and how many erasures the
+        history holds (a view that read fewer loads the history again), in one read."""
         ...
 
     def history_head(self, history: str) -> tuple[str | None, int]:

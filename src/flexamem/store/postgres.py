@@ -16,6 +16,7 @@ Requires the ``postgres`` extra: ``pip install 'flexamem[postgres]'`` (psycopg 3
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from flexamem.errors import (
     WriteOnceError,
 )
 from flexamem.store.schema import LEGACY_POSTGRES, MIGRATIONS, SCHEMA_VERSION
-from flexamem.store.sql import SQLStore
+from flexamem.store.sql import SCRUBBED, SQLStore
 
 
 class PostgresStore(SQLStore):
@@ -156,6 +157,26 @@ class PostgresStore(SQLStore):
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+    def scrub(self) -> None:
+        """VACUUM FULL of the tables an erasure rewrites (each is rewritten without the dead rows that
+        held erased words; it holds an exclusive lock on each table while it runs, so run it in a quiet
+        window), then a CHECKPOINT when the role may. WAL segments, replicas and base backups keep the old
+        bytes until they are recycled or expire: docs/RELIABILITY.md says what an operator must do."""
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{_safe(self.path)} is open read-only")
+        with self._conn() as conn:
+            conn.rollback()
+            conn.autocommit = True
+            try:
+                for table in SCRUBBED:
+                    conn.execute(f"VACUUM FULL {table}")
+                with contextlib.suppress(self._psycopg.errors.InsufficientPrivilege):
+                    conn.execute("CHECKPOINT")
+            except self._psycopg.Error as exc:
+                raise _map_error(exc, self.path) from exc
+            finally:
+                conn.autocommit = False
 
     def close(self) -> None:
         with self._lock:

@@ -17,7 +17,7 @@ from flexamem.notes import Block, Fields, Note, Piece, blocks_json
 
 NOTE_COLUMNS = (
     "seq, unit_id, kind, session_id, date, step_first, step_last, raw, raw_tokens, record,"
-    " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason, digest"
+    " record_tokens, fields, fields_tokens, embedding, blocks, writer, flagged, flag_reason, digest, salt"
 )
 PIECE_COLUMNS = 'seq, idx, start, "end", tokens, label, label_tokens, block, source_id'
 
@@ -53,6 +53,7 @@ def note_row(history: str, n: Note, now: float) -> tuple[Any, ...]:
         now,
         n.flag_reason,
         n.digest,
+        n.salt,
     )
 
 
@@ -140,4 +141,5 @@ def _note(r: Sequence[Any], note_pieces: list[Sequence[Any]], links: Sequence[in
         ),
         piece_vectors=note_vectors,
         digest=r[18],
+        salt=r[19],
     )

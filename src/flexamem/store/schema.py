@@ -359,5 +359,96 @@ MIGRATIONS.append(
     """,
     )
 )
+
+# 8: erasure (docs/RELIABILITY.md, "Erasing what a person asks"). Notes and steps get a random salt that
+# their digest covers (v3), so the digest an erasure keeps gives nothing back; ``erasures`` keeps each
+# erasure, chained; while a history is marked in ``erasing`` (inside one erasure's transaction) its
+# notes' and steps' words may be rewritten (never their place: seq, unit id, digest) and their pieces,
+# piece vectors and merged records deleted. Every other write stays refused, as before.
+_ERASURES = """
+    ALTER TABLE notes ADD COLUMN salt TEXT;
+    ALTER TABLE steps ADD COLUMN salt TEXT;
+    CREATE TABLE erasures (
+        history_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL, ids TEXT NOT NULL, reason TEXT NOT NULL,
+        at {real} NOT NULL, notes TEXT NOT NULL, steps TEXT NOT NULL, digest TEXT NOT NULL,
+        PRIMARY KEY (history_id, n)
+    );
+    CREATE TABLE erasing (history_id TEXT PRIMARY KEY);
+"""
+_SQLITE_ERASING = (
+    _ERASURES.replace("{real}", "REAL")
+    + "".join(
+        f"""
+    DROP TRIGGER {t}_no_update;
+    CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
+        WHEN NOT EXISTS (SELECT 1 FROM erasing WHERE history_id = OLD.history_id)
+            OR NEW.history_id IS NOT OLD.history_id OR NEW.{n} IS NOT OLD.{n} OR NEW.digest IS NOT OLD.digest{more}
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    """
+        for t, n, more in (("notes", "seq", " OR NEW.unit_id IS NOT OLD.unit_id"), ("steps", "n", ""))
+    )
+    + "".join(
+        f"""
+    DROP TRIGGER {t}_no_delete;
+    CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+            AND NOT EXISTS (SELECT 1 FROM erasing WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: {t} are write-once'); END;
+    """
+        for t in ("pieces", "piece_vectors", "merged")
+    )
+    + """
+    CREATE TRIGGER erasures_no_update BEFORE UPDATE ON erasures
+        BEGIN SELECT RAISE(ABORT, 'flexamem: erasures are write-once'); END;
+    CREATE TRIGGER erasures_no_delete BEFORE DELETE ON erasures
+        WHEN NOT EXISTS (SELECT 1 FROM dropping WHERE history_id = OLD.history_id)
+        BEGIN SELECT RAISE(ABORT, 'flexamem: erasures are write-once'); END;
+    """
+)
+_POSTGRES_ERASING = (
+    _ERASURES.replace("{real}", "DOUBLE PRECISION")
+    + """
+    CREATE FUNCTION flexamem_erasable() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM erasing WHERE history_id = OLD.history_id) THEN
+            IF TG_OP = 'DELETE' AND TG_TABLE_NAME IN ('pieces', 'piece_vectors', 'merged') THEN
+                RETURN OLD;
+            END IF;
+            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'notes' AND NEW.history_id = OLD.history_id
+                AND NEW.seq = OLD.seq AND NEW.unit_id = OLD.unit_id AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                RETURN NEW;
+            END IF;
+            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'steps' AND NEW.history_id = OLD.history_id
+                AND NEW.n = OLD.n AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                RETURN NEW;
+            END IF;
+        END IF;
+        IF TG_OP = 'DELETE' AND EXISTS (
+            SELECT 1 FROM dropping WHERE history_id = to_jsonb(OLD) ->> TG_ARGV[0]) THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'flexamem: % are write-once', TG_TABLE_NAME;
+    END $$;
+    """
+    + "".join(
+        f"""
+    DROP TRIGGER {t}_write_once ON {t};
+    CREATE TRIGGER {t}_write_once BEFORE UPDATE OR DELETE ON {t}
+        FOR EACH ROW EXECUTE FUNCTION flexamem_erasable('history_id');
+    """
+        for t in ("notes", "steps", "pieces", "piece_vectors", "merged")
+    )
+    + """
+    CREATE TRIGGER erasures_write_once BEFORE UPDATE OR DELETE ON erasures
+        FOR EACH ROW EXECUTE FUNCTION flexamem_write_once('history_id');
+    """
+)
+MIGRATIONS.append(
+    Migration(
+        "erasure: salted digests, an erasures chain, words rewritten only inside one",
+        _SQLITE_ERASING,
+        _POSTGRES_ERASING,
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 LEGACY_POSTGRES = {1: 3, 2: 4, 3: 5}  # PostgreSQL's own numbering before the shared list -> the shared one

@@ -11,6 +11,7 @@ already holds the lock).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -19,15 +20,20 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from flexamem.digests import (
-    V2,
     Head,
     chain_problems,
+    erased_rows,
+    erasure_digest,
     extends,
     history_digest,
     merged_digest,
+    new_salt,
     request_digest,
+    rewritten_digest,
+    rewritten_step_digest,
     state_digest,
     step_digest,
+    version_of,
 )
 from flexamem.errors import (
     ConcurrentWriteError,
@@ -38,16 +44,18 @@ from flexamem.errors import (
     StoreError,
 )
 from flexamem.notes import LLMCall, Note
-from flexamem.store.base import MergedRecord, StepRow
+from flexamem.store.base import Erasure, MergedRecord, StepRow
 from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
 HISTORY_COLUMNS = "id, kind, meta, created_at, epoch, parent, digest"
 NEW_HISTORY = f"INSERT INTO histories ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
 MERGED_COLUMNS = "m.first_seq, m.last_seq, m.level, m.text, m.tokens, m.writer, m.flagged, m.digest, n.digest"
 MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id AND n.seq = m.last_seq"
-NOTE_MARKS = ",".join("?" * 21)  # the notes table's 21 columns
+NOTE_MARKS = ",".join("?" * 22)  # the notes table's 22 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes", "requests", "heads",
-          "legacy")  # by drop_history  # fmt: skip
+          "legacy", "erasures", "erasing")  # by drop_history  # fmt: skip
+ERASURE_COLUMNS = "n, kind, ids, reason, at, digest, notes, steps"
+SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged")  # the tables an erasure rewrites
 DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call"}
 LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
 
@@ -93,20 +101,54 @@ def _merged(history: str, r: Sequence[Any], legacy: int = 0) -> MergedRecord:
     return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
 
-def steps_problems(history: str, rows: Sequence[Sequence[Any]], legacy: int | None = None) -> list[str]:
-    """Problems of ``(n, step_id, data, digest)`` rows in order: a gap, a step that does not match its
-    digest (chained; it starts again after a step written before digests), or a step from ``legacy`` on
-    (the steps written before digests) without one."""
+def steps_problems(
+    history: str,
+    rows: Sequence[Sequence[Any]],
+    legacy: int | None = None,
+    erased: Mapping[int, tuple[str, str]] | None = None,
+) -> list[str]:
+    """Problems of ``(n, step_id, data, digest, salt)`` rows in order: a gap, a step that does not match
+    its digest (chained; it starts again after a step written before digests), or a step from ``legacy``
+    on (the steps written before digests) without one. ``erased``: for each step an erasure rewrote, the
+    digest its chain keeps and the digest of what it left."""
     problems, previous = [], ""
-    for i, (n, step_id, data, digest) in enumerate(rows):
+    erased = erased or {}
+    for i, (n, step_id, data, digest, salt) in enumerate(rows):
         if n != i:
             problems.append(f"step {n} of {history!r} follows step {i - 1}: steps missing")
-        if digest is None and legacy is not None and n >= legacy:
+        rewrite = erased.get(n)
+        if rewrite is not None:
+            if (digest or "") != rewrite[0] or rewritten_step_digest(n, step_id, data, salt, rewrite[0]) != rewrite[1]:
+                problems.append(f"step {n} of {history!r} does not match what the erasure that rewrote it left")
+        elif digest is None and legacy is not None and n >= legacy:
             problems.append(f"step {n} of {history!r} has no digest, though every step from {legacy} on has one")
-        if digest is not None and step_digest(previous, n, step_id, data) != digest:
+        elif (
+            digest is not None
+            and step_digest(previous, n, step_id, data, salt if version_of(digest) == 3 else None) != digest
+        ):
             problems.append(f"step {n} of {history!r} does not match its digest: changed after writing")
         previous = digest or ""
     return problems
+
+
+def erasures_problems(history: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Problems of erasure rows (``ERASURE_COLUMNS``) in order: a gap, or a row that does not match its
+    digest (chained over the erasure before it)."""
+    problems, previous = [], ""
+    for i, (n, kind, ids, reason, at, digest, notes, steps) in enumerate(rows):
+        if n != i:
+            problems.append(f"erasure {n} of {history!r} follows erasure {i - 1}: erasures missing")
+        if erasure_digest(previous, n, kind, ids, reason, at, notes, steps) != digest:
+            problems.append(f"erasure {n} of {history!r} does not match its digest: changed after writing")
+        previous = digest or ""
+    return problems
+
+
+def erasure_from(row: Sequence[Any]) -> Erasure:
+    n, kind, ids, reason, at, digest, notes, steps = row
+    return Erasure(int(n), str(kind), tuple(json.loads(ids)), str(reason), float(at),
+                   tuple(int(r[0]) for r in json.loads(notes)), tuple(int(r[0]) for r in json.loads(steps)),
+                   str(digest))  # fmt: skip
 
 
 def requests_problems(
@@ -213,6 +255,103 @@ class SQLStore:
         )
         return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
 
+    def history_state(self, history: str) -> tuple[str | None, int, int]:
+        rows = self._read(
+            "SELECT COALESCE(epoch, ''), (SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?),"
+            " (SELECT COUNT(*) FROM erasures WHERE history_id = ?) FROM histories WHERE id = ?",
+            (history, history, history),
+        )
+        return (str(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else (None, 0, 0)
+
+    def erase(
+        self,
+        history: str,
+        kind: str,
+        ids: Sequence[str],
+        reason: str,
+        notes: Sequence[Note],
+        steps: Sequence[StepRow],
+        *,
+        epoch: str | None = None,
+    ) -> Erasure:
+        """Rewrite ``notes`` and ``steps`` (their places and chain digests kept), delete the merged
+        records that drew on them, chain the erasure and write the head: one transaction, inside which
+        the history is marked in ``erasing`` (the only time the triggers let its words change); then
+        :meth:`_scrub` (the store's own clean-up)."""
+        at = time.time()
+        with self._write() as conn:
+            if epoch is not None:
+                self._check_epoch(conn, history, epoch, False, None, None)
+            last = self._run(
+                conn, "SELECT n, digest FROM erasures WHERE history_id = ? ORDER BY n DESC LIMIT 1", (history,)
+            ).fetchone()
+            n, previous = (int(last[0]) + 1, str(last[1])) if last else (0, "")
+            self._run(conn, "INSERT INTO erasing VALUES (?) ON CONFLICT DO NOTHING", (history,))
+            rewritten_notes = []
+            for note in notes:
+                row = self._run(
+                    conn, "SELECT digest FROM notes WHERE history_id = ? AND seq = ?", (history, note.seq)
+                ).fetchone()
+                if row is None:
+                    raise ConcurrentWriteError(f"note {note.seq} of {history!r} is gone: the history was changed")
+                kept = row[0] or ""
+                stored = note_row(history, note, at)
+                self._run(
+                    conn,
+                    "UPDATE notes SET raw = ?, raw_tokens = ?, record = ?, record_tokens = ?, fields = ?,"
+                    " fields_tokens = ?, embedding = ?, blocks = ?, writer = ?, flagged = ?, flag_reason = ?,"
+                    " salt = ? WHERE history_id = ? AND seq = ?",
+                    (*stored[8:18], stored[19], note.salt, history, note.seq),
+                )
+                for table in ("pieces", "piece_vectors"):
+                    self._run(conn, f"DELETE FROM {table} WHERE history_id = ? AND seq = ?", (history, note.seq))
+                self._run_many(conn, "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?)", piece_rows(history, note))
+                self._run_many(conn, "INSERT INTO piece_vectors VALUES (?,?,?,?)", vector_rows(history, note))
+                self._run(
+                    conn,
+                    "DELETE FROM merged WHERE history_id = ? AND first_seq <= ? AND last_seq >= ?",
+                    (history, note.seq, note.seq),
+                )
+                now = rewritten_digest(dataclasses.replace(note, digest=row[0]), kept)
+                rewritten_notes.append([note.seq, kept, now])
+            rewritten_steps = []
+            for step in steps:
+                row = self._run(
+                    conn, "SELECT digest, step_id FROM steps WHERE history_id = ? AND n = ?", (history, step.n)
+                ).fetchone()
+                if row is None:
+                    raise ConcurrentWriteError(f"step {step.n} of {history!r} is gone: the session was changed")
+                kept, salt = row[0] or "", new_salt()
+                self._run(
+                    conn, "UPDATE steps SET data = ?, salt = ? WHERE history_id = ? AND n = ?",
+                    (step.data, salt, history, step.n),
+                )  # fmt: skip
+                rewritten_steps.append([step.n, kept, rewritten_step_digest(step.n, row[1], step.data, salt, kept)])
+            ids_json, notes_json, steps_json = (
+                json.dumps(list(ids)),
+                json.dumps(rewritten_notes),
+                json.dumps(rewritten_steps),
+            )
+            digest = erasure_digest(previous, n, kind, ids_json, reason, at, notes_json, steps_json)
+            self._run(
+                conn,
+                f"INSERT INTO erasures (history_id, {ERASURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                (history, n, kind, ids_json, reason, at, digest, notes_json, steps_json),
+            )
+            self._run(conn, "DELETE FROM erasing WHERE history_id = ?", (history,))
+            self._put_head(conn, history)
+        self._scrub()
+        return erasure_from((n, kind, ids_json, reason, at, digest, notes_json, steps_json))
+
+    def _scrub(self) -> None:
+        """After an erasure: the backend's own clean-up of freed bytes (nothing by default)."""
+
+    def scrub(self) -> None:
+        """Make the bytes of erased and deleted rows leave the store's files, as far as the backend can
+        while it serves (SQLite: a WAL checkpoint, secure delete being on; PostgreSQL: VACUUM FULL of the
+        tables erasure rewrites, which locks them while it runs)."""
+        self._scrub()
+
     def drop_history(self, history: str, *, parent: str | None = None) -> bool:
         """Delete a whole history (notes, pieces, links, merged records, steps, state, accounting) and
         the agent sessions stored under it (their ``parent`` is its name), in one transaction: the only
@@ -312,12 +451,13 @@ class SQLStore:
                         conn, "SELECT digest FROM steps WHERE history_id = ? AND n = ?", (history, step.n - 1)
                     ).fetchone()
                     previous = (before[0] or "") if before else ""
-                digest = step_digest(previous, step.n, step.step_id, step.data)
+                salt = new_salt()
+                digest = step_digest(previous, step.n, step.step_id, step.data, salt)
                 try:
                     self._run(
                         conn,
-                        "INSERT INTO steps (history_id, n, step_id, data, digest) VALUES (?,?,?,?,?)",
-                        (history, step.n, step.step_id, step.data, digest),
+                        "INSERT INTO steps (history_id, n, step_id, data, digest, salt) VALUES (?,?,?,?,?,?)",
+                        (history, step.n, step.step_id, step.data, digest, salt),
                     )
                 except self.INTEGRITY as exc:
                     raise ConcurrentWriteError(f"step {step.n} of {history!r} was written by another writer") from exc
@@ -394,14 +534,14 @@ class SQLStore:
             )
             ends[table] = (int(last[0][0]) + 1, last[0][1] or "") if last else (0, "")
         state = read("SELECT key, value FROM state WHERE history_id = ?", (history,))
-        legacy = read(
-            "SELECT notes, steps, merged, history_row, requests FROM legacy WHERE history_id = ?", (history,)
-        )
+        legacy = read("SELECT notes, steps, merged, history_row, requests FROM legacy WHERE history_id = ?", (history,))
+        erased = read("SELECT n, digest FROM erasures WHERE history_id = ? ORDER BY n DESC LIMIT 1", (history,))
         return Head(
             history=history, epoch=str(row[0][0]), notes=ends["notes"][0], note=ends["notes"][1],
             steps=ends["steps"][0], step=ends["steps"][1], requests=ends["requests"][0], request=ends["requests"][1],
             state=state_digest((str(k), str(v)) for k, v in state),
             legacy=tuple(int(x) for x in legacy[0]) if legacy else None,
+            erasures=int(erased[0][0]) + 1 if erased else 0, erasure=str(erased[0][1]) if erased else "",
         )  # fmt: skip
 
     def head(self, history: str) -> Head | None:
@@ -476,13 +616,30 @@ class SQLStore:
         return [(int(a), int(b)) for a, b in rows]
 
     def _step_rows(self, history: str) -> list[Any]:
-        return self._read("SELECT n, step_id, data, digest FROM steps WHERE history_id = ? ORDER BY n", (history,))
+        return self._read(
+            "SELECT n, step_id, data, digest, salt FROM steps WHERE history_id = ? ORDER BY n", (history,)
+        )
+
+    def _erasure_rows(self, history: str) -> list[Any]:
+        return self._read(f"SELECT {ERASURE_COLUMNS} FROM erasures WHERE history_id = ? ORDER BY n", (history,))
+
+    def erased(self, history: str) -> tuple[dict[int, tuple[str, str]], dict[int, tuple[str, str]]]:
+        """The notes and the steps the history's erasures rewrote: for each, the digest its chain keeps
+        and the digest of what the last erasure left in it (read where rows are checked)."""
+        rows = self._erasure_rows(history)
+        return erased_rows(rows, 6), erased_rows(rows, 7)
+
+    def erasures(self, history: str) -> list[Erasure]:
+        return [erasure_from(r) for r in self._erasure_rows(history)]
+
+    def _verify_steps(self, history: str) -> list[str]:
+        return steps_problems(history, self._step_rows(history), self._legacy_part(history, 1), self.erased(history)[1])
 
     def load_steps(self, history: str) -> list[StepRow]:
         """The session's steps in order; a step that does not match its digest raises :class:`StoreError`."""
         rows = self._step_rows(history)
         legacy = self.legacy(history)
-        problems = steps_problems(history, rows, legacy[1] if legacy else 0)
+        problems = steps_problems(history, rows, legacy[1] if legacy else 0, self.erased(history)[1])
         if problems:
             raise StoreCorruptError(f"{problems[0]} (Memory.verify() lists every damaged row)")
         return [StepRow(int(r[0]), r[1], r[2]) for r in rows]
@@ -534,7 +691,8 @@ class SQLStore:
             ("the history row", self._verify_row),
             ("the notes", self._verify_notes),
             ("the merged records", self._verify_merged),
-            ("the agent steps", lambda h: steps_problems(h, self._step_rows(h), self._legacy_part(h, 1))),
+            ("the agent steps", self._verify_steps),
+            ("the erasures", lambda h: erasures_problems(h, self._erasure_rows(h))),
             ("the request ids", self._verify_requests),
             ("the head", lambda h: self._verify_head(h, kept)),
         ):
@@ -594,7 +752,7 @@ class SQLStore:
                 problems.append(f"the kept head of {history!r} is not signed by this store's key")
 
             def digest_at(chain: str, n: int) -> str | None:
-                col = "seq" if chain == "notes" else "n"
+                col = "seq" if chain == "notes" else "n"  # notes, steps, requests, erasures
                 rows = self._read(f"SELECT digest FROM {chain} WHERE history_id = ? AND {col} = ?", (history, n))
                 return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
@@ -616,9 +774,9 @@ class SQLStore:
                     notes += notes_from_rows(*self._note_rows(history, int(seq), int(seq) + 1), bad=bad)
                 except StoreCorruptError as exc:
                     bad(int(seq), f"its stored row cannot be read ({str(exc)[:200]})")
-        problems += chain_problems(notes, legacy=self._legacy_part(history, 0))
-        written = {(t, n.seq) for n in notes if (n.digest or "").startswith(V2) for t in n.links if t < n.seq}
-        checked = {n.seq for n in notes if (n.digest or "").startswith(V2)}
+        problems += chain_problems(notes, legacy=self._legacy_part(history, 0), erased=self.erased(history)[0])
+        checked = {n.seq for n in notes if version_of(n.digest or "") >= 2}
+        written = {(t, n.seq) for n in notes if n.seq in checked for t in n.links if t < n.seq}
         back = {(int(a), int(b)) for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ?", (history,))}
         for a, b in sorted(back - written):
             if a < b and b in checked:

@@ -50,6 +50,7 @@ class SQLiteStore(SQLStore):
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA busy_timeout = 5000")
+            self._db.execute("PRAGMA secure_delete = ON")  # freed bytes are zeroed: an erasure leaves none behind
             if not read_only and self.path != ":memory:":
                 self._use_wal()
             self._migrate()
@@ -146,6 +147,20 @@ class SQLiteStore(SQLStore):
                 raise StoreCorruptError(
                     f"{self.path}: a stored row holds bytes that are not UTF-8 text ({exc.reason})"
                 ) from None
+
+    def _scrub(self) -> None:
+        """Checkpoint the WAL into the database and truncate it (secure delete being on, the erased bytes
+        were zeroed where they lay in the database): retried while another connection's read holds
+        frames; what cannot be checkpointed now is by the next erasure or write checkpoint."""
+        if self.path == ":memory:" or self.read_only:
+            return
+        deadline = time.monotonic() + 5
+        with self._lock:
+            while True:
+                busy = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy or not busy[0] or time.monotonic() > deadline:
+                    return
+                time.sleep(0.02)
 
     def close(self) -> None:
         with self._lock:

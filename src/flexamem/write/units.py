@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from flexamem.chat import message_turn
@@ -222,6 +222,46 @@ def agent_unit(steps: Sequence[Step], *, unit_id: str, session_id: str | None = 
         session_id=session_id,
         steps=(steps[0].number, steps[-1].number),
     )
+
+
+ERASED_MARK = "(erased)"  # what a render shows where erased words were, when the eraser asks for it
+
+
+def erased_draft(unit: UnitDraft | Any, erased: Callable[[Block], bool], *, marker: bool = False) -> UnitDraft:
+    """``unit`` (a draft or a note) without the blocks ``erased`` names, as a draft (its id, session,
+    date and steps kept). With ``marker``, one block :data:`ERASED_MARK` stands where each run of erased
+    blocks was (``[step N] (erased)`` for an agent step); a marker names no turn or step, so it is never
+    erased again and a record is written without it. No words left: a draft of the markers alone
+    (without ``marker``: of no block)."""
+    kept: list[Block] = []
+    real = 0
+    last_marked: object = None
+    for b in unit.blocks:
+        if is_marker(b) or not erased(b):
+            kept.append(b)
+            real += not is_marker(b)
+            last_marked = None
+            continue
+        key = b.step if b.step is not None else "turn"
+        if marker and key != last_marked:
+            text = ERASED_MARK if b.step is None else f"[step {b.step}] {ERASED_MARK}"
+            kept.append(Block(kind=b.kind, text=text, label="" if b.step is None else f"step {b.step}", start=0))
+        last_marked = key
+    if not real:  # no words left: the markers alone (with ``marker``), else nothing
+        kept = [b for b in kept if is_marker(b)] if marker else []
+    raw, blocks = _rebase(kept)
+    return UnitDraft(
+        unit_id=unit.unit_id, kind=unit.kind, raw=raw, blocks=blocks, session_id=unit.session_id, date=unit.date,
+        steps=unit.steps,
+    )  # fmt: skip
+
+
+def is_marker(block: Block) -> bool:
+    """Whether ``block`` is an erasure's marker (:func:`erased_draft`), not stored words: a turn block
+    always has a speaker for its label and an agent block its step, which a marker has not."""
+    if block.source_id is not None or block.step is not None:
+        return False
+    return block.kind != "turn" or (block.label == "" and block.text == ERASED_MARK)
 
 
 def step_text_tokens(step: Step, counter: TokenCounter) -> int:

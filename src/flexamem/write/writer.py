@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexamem.config import Settings
-from flexamem.digests import note_digest
+from flexamem.digests import new_salt, note_digest
 from flexamem.notes import LLMCall, Note, Piece, Record, UnitDraft
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder, embed_unique
 from flexamem.write.pieces import cut_pieces
+from flexamem.write.units import is_marker
 
 
 def embedding_text(record: str, fields_text: str) -> str:
@@ -106,6 +107,28 @@ class NoteWriter:
                 start += len(pieces[i])
         return Prepared(tuple(drafts), tuple(records), vectors, tuple(counts), tuple(pieces), tuple(piece_vectors))
 
+    def rewrite(self, note: Note, draft: UnitDraft, record: Record) -> Note:
+        """``note`` as an erasure leaves it: ``draft``'s words and ``record`` in its place (seq, unit id,
+        links and chain digest kept), its pieces, vectors and counts computed again, salted anew. A
+        draft with no words left leaves an empty note: no pieces, a zero embedding (never retrieved by
+        its vector), only markers and ``record`` (a marker, or nothing)."""
+        if all(is_marker(b) for b in draft.blocks):
+            sizes = self.counter.count_many([draft.raw, record.text])
+            return dataclasses.replace(
+                note, raw=draft.raw, raw_tokens=sizes[0], record=record.text, record_tokens=sizes[1],
+                fields=record.fields, fields_tokens=0, embedding=np.zeros(self.embedder.dim, dtype=np.float32),
+                pieces=(), blocks=draft.blocks,
+                writer=record.writer, flagged=False, flag_reason=None, piece_vectors=None, salt=new_salt(),
+            )  # fmt: skip
+        prepared = self.prepare([draft], [record])
+        counts = prepared.counts
+        return dataclasses.replace(
+            note, raw=draft.raw, raw_tokens=counts[0], record=record.text, record_tokens=counts[1],
+            fields=record.fields, fields_tokens=counts[2], embedding=prepared.vectors[0], pieces=prepared.pieces[0],
+            blocks=draft.blocks, writer=record.writer, flagged=record.flagged, flag_reason=record.flag_reason,
+            piece_vectors=prepared.piece_vectors[0], salt=new_salt(),
+        )  # fmt: skip
+
     def assign(
         self, prepared: Prepared, start_seq: int, earlier: np.ndarray, previous_digest: str = ""
     ) -> tuple[list[Note], list[tuple[int, int]], list[LLMCall]]:
@@ -143,6 +166,7 @@ class NoteWriter:
                     flagged=record.flagged,
                     flag_reason=record.flag_reason,
                     piece_vectors=prepared.piece_vectors[i],
+                    salt=new_salt(),
                 )
             )
             previous_digest = note_digest(notes[-1], previous_digest)
