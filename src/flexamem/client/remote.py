@@ -15,6 +15,7 @@ rankings, records); answers come back as the library's own types (:class:`Render
 
 from __future__ import annotations
 
+import datetime
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +33,7 @@ from flexamem.memory import Memory, check_request_id
 from flexamem.notes import Note, Turn, note_from_json
 from flexamem.render.renderer import RenderOptions
 from flexamem.render.result import Hit, Rendering, rendering_from_json
-from flexamem.store.base import Store
+from flexamem.store.base import Erasure, Store
 from flexamem.text import clean_text
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
@@ -243,6 +244,33 @@ class RemoteMemory(Memory):
         path = f"{self._base}/agents/{quote(str(session_id), safe='')}"
         return self.http.run(Call("DELETE", path, lambda d: bool(d["dropped"]), missing=lambda: False))
 
+    def erase(
+        self, *, turn: str | None = None, session: str | None = None, reason: str = "", marker: bool = True
+    ) -> Erasure:
+        if (turn is None) == (session is None):
+            raise InvalidInputError("erase takes one of turn= or session=")
+        body = {"turn": turn, "session": session, "reason": reason, "marker": marker}
+        return self.http.run(Call("POST", self._base + "/erase", erasure_from_json, body))
+
+    def correct(
+        self,
+        turn: str,
+        turns: Iterable[Mapping[str, Any] | Turn],
+        *,
+        reason: str = "corrected",
+        session_id: str | None = None,
+        date: str | datetime.date | None = None,
+        marker: bool = False,
+    ) -> tuple[Erasure, list[str]]:
+        turns = list(turns)
+        _turns(turns)  # refused input erases nothing
+        erasure = self.erase(turn=turn, reason=reason, marker=marker)
+        return erasure, self.add_session(turns, session_id=session_id, date=date)
+
+    def erasures(self) -> list[Erasure]:
+        read = lambda d: [erasure_from_json(e) for e in d]  # noqa: E731
+        return self.http.run(Call("GET", self._base + "/erasures", read, missing=list))
+
     # -- reading -----------------------------------------------------------------------------------------
     def verify(self, head: Head | Mapping[str, Any] | Sequence[Head | Mapping[str, Any]] | None = None) -> list[str]:
         if head is None:
@@ -443,6 +471,11 @@ class RemoteAgentSession:
 
         return Call("GET", self._path + "/context", read, params={"mode": mode})
 
+    def erase(self, step: int, *, reason: str = "", marker: bool = True) -> Erasure:
+        """Erase step ``step`` (as :meth:`flexamem.AgentSession.erase`)."""
+        body = {"agent": self.session_id, "step": step, "reason": reason, "marker": marker}
+        return self.mem.http.run(Call("POST", self.mem._base + "/erase", erasure_from_json, body))
+
     def head(self) -> Head:
         """This session's head (as :meth:`flexamem.AgentSession.head`)."""
         return self.mem.http.run(Call("GET", self._path + "/head", Head.from_json))
@@ -459,3 +492,12 @@ class RemoteAgentSession:
 
     def messages(self, options: RenderOptions | None = None, mode: str = "auto") -> list[Message]:
         return self.context(options, mode).messages
+
+
+def erasure_from_json(data: Mapping[str, Any]) -> Erasure:
+    """An :class:`Erasure` from its JSON (``Erasure.as_json``, as a server answers it)."""
+    return Erasure(
+        n=int(data["n"]), kind=str(data["kind"]), ids=tuple(str(i) for i in data["ids"]), reason=str(data["reason"]),
+        at=float(data["at"]), notes=tuple(int(str(u)[1:]) - 1 for u in data["units"]),
+        steps=tuple(int(x) for x in data["steps"]), digest=str(data["digest"]),
+    )  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
 import json
 import logging
 import math
@@ -59,6 +60,7 @@ from flexamem.render.result import rendering_json
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import AuthThrottle, KeyFile, Link, link_view
 from flexamem.server.metrics import Metrics, timed
+from flexamem.store.base import Erasure
 from flexamem.telemetry import remote_parent
 from flexamem.write.embed import Embedder
 from flexamem.write.records import RecordWriter
@@ -345,6 +347,34 @@ class HeadOut(BaseModel):
     legacy: list[int] | None
     digest: str
     signature: str | None
+    erasures: int = 0
+    erasure: str = ""
+
+
+class EraseIn(Strict):
+    """What to erase: one ``turn`` (its id, or ``unit#n``), one ``session``, or step ``step`` of agent
+    session ``agent``; why (``reason``, kept in the chain: never the words themselves); whether renders
+    show ``(erased)`` where the words were."""
+
+    turn: str | None = Field(default=None, min_length=1, max_length=300)
+    session: str | None = Field(default=None, min_length=1, max_length=300)
+    agent: str | None = Field(default=None, min_length=1, max_length=300)
+    step: int | None = Field(default=None, ge=1)
+    reason: str = Field(default="", max_length=2000)
+    marker: bool = True
+
+
+class ErasureOut(BaseModel):
+    """One erasure as the chain keeps it (``Memory.erasures()``)."""
+
+    n: int
+    kind: str
+    ids: list[str]
+    reason: str
+    at: float
+    units: list[str]
+    steps: list[int]
+    digest: str
 
 
 class HeadsIn(BaseModel):
@@ -829,6 +859,41 @@ def create_app(config: ServerConfig) -> FastAPI:
         dropped = memories.existing(t, history).drop()
         memories.forget(t, history)
         return {"history": history, "dropped": dropped}
+
+    @app.post("/v1/histories/{history}/erase", response_model=ErasureOut, responses=answers(400, 404, 413, 422))
+    def erase(body: EraseIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
+        """Erase one turn, one session or one agent step from every stored copy, in one transaction
+        (``Memory.erase``): every worker's view reads the history again on its next call; the chain lists
+        the erasure. Nothing of that name: 404, nothing changes."""
+        named = [body.turn is not None, body.session is not None, body.agent is not None or body.step is not None]
+        if sum(named) != 1 or (body.agent is None) != (body.step is None):
+            raise InvalidInputError("erase one of: turn, session, or agent with step")
+        done: Erasure
+        with a_write():
+            if body.agent is not None and body.step is not None:
+                done = session(t, history, body.agent).erase(body.step, reason=body.reason, marker=body.marker)
+            else:
+                done = memories.existing(t, history).erase(
+                    turn=body.turn, session=body.session, reason=body.reason, marker=body.marker
+                )
+        return done.as_json()
+
+    @app.get("/v1/histories/{history}/erasures", response_model=list[ErasureOut], responses=answers(404, 422))
+    def erasures(history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
+        """The history's erasures, oldest first (what each named, why, when; never the words)."""
+        return [e.as_json() for e in memories.existing(t, history).erasures()]
+
+    @app.get("/v1/histories/{history}/export", response_class=Response, responses=answers(404, 422))
+    def export(history: HistoryName, t: Tenant) -> Response:
+        """The history and its agent sessions as the JSON Lines ``flexamem import`` checks and reads back
+        (every row with its digest), as a download: only the tenant's own history."""
+        out = io.StringIO()
+        memories.existing(t, history).export(out)
+        return Response(
+            out.getvalue(),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="{history}.jsonl"'},
+        )
 
     @app.post("/v1/histories/{history}/agents", response_model=AgentOut, responses=WRITE)
     def start_agent(body: AgentIn, history: HistoryName, t: Tenant) -> dict[str, Any]:

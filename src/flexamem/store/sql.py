@@ -56,7 +56,8 @@ ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_c
           "legacy", "erasures", "erasing")  # by drop_history  # fmt: skip
 ERASURE_COLUMNS = "n, kind, ids, reason, at, digest, notes, steps"
 SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged")  # the tables an erasure rewrites
-DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call"}
+DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call",
+              "erasures": "erasure"}  # fmt: skip
 LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
 
 
@@ -101,6 +102,24 @@ def _merged(history: str, r: Sequence[Any], legacy: int = 0) -> MergedRecord:
     return MergedRecord(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
 
+def step_problem(
+    history: str, row: Sequence[Any], previous: str, erased: Mapping[int, tuple[str, str]] | None = None
+) -> str | None:
+    """What is wrong with one ``(n, step_id, data, digest, salt)`` row after a step whose digest is
+    ``previous`` (None: nothing, or a step written before digests); ``erased`` as :func:`steps_problems`."""
+    n, step_id, data, digest, salt = row
+    rewrite = (erased or {}).get(n)
+    if rewrite is not None:
+        if (digest or "") != rewrite[0] or rewritten_step_digest(n, step_id, data, salt, rewrite[0]) != rewrite[1]:
+            return f"step {n} of {history!r} does not match what the erasure that rewrote it left"
+        return None
+    if digest is not None and step_digest(previous, n, step_id, data, salt if version_of(digest) == 3 else None) != (
+        digest
+    ):
+        return f"step {n} of {history!r} does not match its digest: changed after writing"
+    return None
+
+
 def steps_problems(
     history: str,
     rows: Sequence[Sequence[Any]],
@@ -112,21 +131,15 @@ def steps_problems(
     on (the steps written before digests) without one. ``erased``: for each step an erasure rewrote, the
     digest its chain keeps and the digest of what it left."""
     problems, previous = [], ""
-    erased = erased or {}
-    for i, (n, step_id, data, digest, salt) in enumerate(rows):
+    for i, row in enumerate(rows):
+        n, digest = row[0], row[3]
         if n != i:
             problems.append(f"step {n} of {history!r} follows step {i - 1}: steps missing")
-        rewrite = erased.get(n)
-        if rewrite is not None:
-            if (digest or "") != rewrite[0] or rewritten_step_digest(n, step_id, data, salt, rewrite[0]) != rewrite[1]:
-                problems.append(f"step {n} of {history!r} does not match what the erasure that rewrote it left")
-        elif digest is None and legacy is not None and n >= legacy:
+        if digest is None and legacy is not None and n >= legacy and n not in (erased or {}):
             problems.append(f"step {n} of {history!r} has no digest, though every step from {legacy} on has one")
-        elif (
-            digest is not None
-            and step_digest(previous, n, step_id, data, salt if version_of(digest) == 3 else None) != digest
-        ):
-            problems.append(f"step {n} of {history!r} does not match its digest: changed after writing")
+        problem = step_problem(history, row, previous, erased)
+        if problem:
+            problems.append(problem)
         previous = digest or ""
     return problems
 
@@ -830,7 +843,7 @@ class SQLStore:
     # -- moving a history (store/transfer.py reads and checks the rows) ----------------------------
     def dump(self, history: str, batch: int = 64) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every stored row of one history as stored, in the order an export writes them: its row (and
-        what it held before digests), its notes (each with its pieces, piece vectors and outgoing links;
+        what it held before digests), its erasures, its notes (each with its pieces, piece vectors and outgoing links;
         read ``batch`` notes at a time), merged records, steps, requests, state, model calls and its
         stored head. Bytes stay bytes; nothing is checked here (the reader of an export checks)."""
         rows = self._read(
@@ -841,6 +854,8 @@ class SQLStore:
             return
         row = dict(zip(HISTORY_COLUMNS.split(", "), rows[0], strict=True))
         yield "history", {**row, "legacy": self.legacy(history)}
+        for r in self._erasure_rows(history):  # before the notes: an import checks rewritten notes by them
+            yield "erasure", dict(zip(ERASURE_COLUMNS.split(", "), r, strict=True))
         names = [*NOTE_COLUMNS.split(", "), "created_at"]
         for start in range(0, self.note_count(history), batch):
             args = (history, start, start + batch)
@@ -866,7 +881,7 @@ class SQLStore:
         for table, columns, order in (
             ("merged", "first_seq, last_seq, level, text, tokens, writer, flagged, created_at, digest",
              "first_seq, level, last_seq"),
-            ("steps", "n, step_id, data, digest", "n"),
+            ("steps", "n, step_id, data, digest, salt", "n"),
             ("requests", "n, request_id, units, body, digest", "n"),
             ("state", "key, value", "key"),
             ("llm_calls", "seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at", "id"),

@@ -33,25 +33,26 @@ from typing import IO, Any
 from flexamem.digests import (
     Head,
     chain_problems,
+    erased_rows,
     history_digest,
     merged_digest,
     request_digest,
     state_digest,
-    step_digest,
 )
 from flexamem.errors import FlexaMemError, InvalidInputError, StoreCorruptError, StoreError
 from flexamem.names import reserved, session_prefix
 from flexamem.store.rows import NOTE_COLUMNS, notes_from_rows
-from flexamem.store.sql import SQLStore
+from flexamem.store.sql import ERASURE_COLUMNS, SQLStore, erasures_problems, step_problem
 
 FORMAT = "flexamem-export"
 VERSION = 1
-PHASES = ("history", "note", "merged", "step", "request", "state", "llm_call", "head")
+PHASES = ("history", "erasure", "note", "merged", "step", "request", "state", "llm_call", "head")
 COLUMNS = {  # what each kind of line holds besides its "type" and "history" (a store's columns, in order)
     "history": ("id", "kind", "meta", "created_at", "epoch", "parent", "digest", "legacy"),
+    "erasure": tuple(ERASURE_COLUMNS.split(", ")),
     "note": (*NOTE_COLUMNS.split(", "), "created_at", "pieces", "piece_vectors", "links"),
     "merged": ("first_seq", "last_seq", "level", "text", "tokens", "writer", "flagged", "created_at", "digest"),
-    "step": ("n", "step_id", "data", "digest"),
+    "step": ("n", "step_id", "data", "digest", "salt"),
     "request": ("n", "request_id", "units", "body", "digest"),
     "state": ("key", "value"),
     "llm_call": ("seq", "purpose", "model", "prompt_tokens", "completion_tokens", "cached", "created_at"),
@@ -156,6 +157,9 @@ class _History:
         self.step, self.steps = "", 0
         self.request, self.requests = "", 0
         self.state: list[tuple[str, str]] = []
+        self.erasures: list[list[Any]] = []  # its erasure rows, as stored (rewritten notes and steps)
+        self.erased_notes: dict[int, tuple[str, str]] = {}
+        self.erased_steps: dict[int, tuple[str, str]] = {}
 
 
 class _Check:
@@ -295,7 +299,9 @@ class _Check:
             raise InvalidInputError(
                 f"note {seq} has {len(row['piece_vectors'])} piece vectors for {len(pieces)} pieces"
             )
-        problems = chain_problems([note], h.digests[-1] if h.digests else "", len(h.digests), legacy=0)
+        problems = chain_problems(
+            [note], h.digests[-1] if h.digests else "", len(h.digests), legacy=0, erased=h.erased_notes
+        )
         if problems:
             raise InvalidInputError(problems[0])
         earlier = {d for _, d in links if d < seq}
@@ -310,6 +316,17 @@ class _Check:
             raise InvalidInputError(f"unit {note.unit_id!r} is in the history twice")
         h.digests.append(note.digest or "")
         h.units[note.unit_id] = note.digest or ""
+        return row
+
+    def erasure(self, row: dict[str, Any]) -> dict[str, Any]:
+        h = self.now
+        assert h is not None
+        values = [row[c] for c in ERASURE_COLUMNS.split(", ")]
+        problems = erasures_problems(h.id, [*h.erasures, values])
+        if problems:
+            raise InvalidInputError(problems[0])
+        h.erasures.append(values)
+        h.erased_notes, h.erased_steps = erased_rows(h.erasures, 6), erased_rows(h.erasures, 7)
         return row
 
     def merged(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -329,7 +346,10 @@ class _Check:
         assert h is not None
         if row["n"] != h.steps:
             raise InvalidInputError(f"step {row['n']} follows step {h.steps - 1}: steps missing or out of order")
-        if row["digest"] is None or step_digest(h.step, row["n"], row["step_id"], row["data"]) != row["digest"]:
+        if row["digest"] is None:
+            raise InvalidInputError(f"step {row['n']} has no digest: it was removed")
+        values = [row["n"], row["step_id"], row["data"], row["digest"], row["salt"]]
+        if step_problem(h.id, values, h.step, h.erased_steps) is not None:
             raise InvalidInputError(f"step {row['n']} does not match its digest: changed after writing")
         h.step, h.steps = row["digest"], h.steps + 1
         return row
@@ -371,6 +391,7 @@ class _Check:
         rows = Head(
             history=h.id, epoch=h.epoch, notes=len(h.digests), note=h.digests[-1] if h.digests else "",
             steps=h.steps, step=h.step, requests=h.requests, request=h.request, state=state_digest(h.state),
+            erasures=len(h.erasures), erasure=str(h.erasures[-1][5]) if h.erasures else "",
         )  # fmt: skip
         if row["head"] is None:
             if h.digests or h.steps or h.requests or h.state:
