@@ -98,9 +98,78 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
 
 
 def test_every_verb_has_help() -> None:
-    for verb in ("init", "add", "render", "histories", "notes", "show", "drop", "demo", "ingest", "eval", "replay"):
+    verbs = ("init", "add", "render", "histories", "notes", "show", "drop", "erase", "erasures", "scrub")
+    for verb in (*verbs, "demo", "ingest", "eval", "replay"):
         done = run(verb, "--help")
         assert done.returncode == 0 and "usage: flexamem" in done.stdout, verb
+
+
+@pytest.mark.slow
+def test_erase_a_turn_from_the_cli(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    assert run("add", "-", "--db", db, "--history", "ana", stdin=json.dumps(SESSIONS)).returncode == 0
+    done = run("erase", "--db", db, "--history", "ana", "--turn", "hotel#1", "--reason", "asked to forget")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    erasure = json.loads(line)
+    assert (erasure["kind"], erasure["ids"], erasure["units"]) == ("turn", ["hotel#1"], ["u2"])
+    assert erasure["reason"] == "asked to forget"
+    rendered = json.loads(run("render", "which card gets the refund?", "--db", db, "--history", "ana", "--json").stdout)
+    shown = json.loads(run("show", "hotel", "--db", db, "--history", "ana", "--json").stdout)
+    notes = run("notes", "--db", db, "--history", "ana", "--json").stdout
+    for text in (rendered["text"], shown["raw"], notes):
+        assert "4417" not in text and "CR-88412" not in text
+    assert "(erased)" in shown["raw"] and "12C" in rendered["text"]
+    assert run("verify", "--db", db, "--history", "ana").returncode == 0
+    listed = run("erasures", "--db", db, "--history", "ana")
+    assert [json.loads(x) for x in listed.stdout.splitlines()] == [erasure]
+    assert run("scrub", "--db", db).returncode == 0
+    assert b"4417" not in Path(db).read_bytes()  # the words are in no file of the store
+
+
+@pytest.mark.slow
+def test_erasing_what_is_not_there_changes_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    assert run("add", "-", "--db", db, "--history", "ana", stdin=json.dumps(SESSIONS)).returncode == 0
+    before = run("notes", "--db", db, "--history", "ana", "--json").stdout
+    cases = [
+        (run("erase", "--db", db, "--history", "ana", "--turn", "nope"), "no turn 'nope'"),
+        (run("erase", "--db", db, "--history", "ana", "--turn", "hotel#2"), "has 1 turns"),
+        (run("erase", "--db", db, "--history", "ana", "--session", "nope"), "nothing named 'nope'"),
+        (run("erase", "--db", db, "--history", "ana", "--agent", "a9", "--step", "1"), "no stored agent session"),
+        (run("erase", "--db", db, "--history", "ana", "--agent", "a9"), "--step"),
+    ]
+    for done, message in cases:
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr and not done.stdout
+    refused = run("erase", "--db", db, "--history", "ana", "--turn", "trip#1", "--session", "trip")
+    assert refused.returncode == 2 and "not allowed with" in refused.stderr  # one of them, said by argparse
+    listed = run("erasures", "--db", db, "--history", "ana")
+    assert listed.returncode == 0 and listed.stdout == ""
+    assert run("notes", "--db", db, "--history", "ana", "--json").stdout == before
+
+
+@pytest.mark.slow
+def test_erase_an_agent_step_from_the_cli(tmp_path: Path) -> None:
+    import flexamem as fm
+
+    db = str(tmp_path / "m.db")
+    steps = [{"action": "look up the booking", "observation": "PNR XQ7Z41, seat 12C"}, {"action": "done"}]
+    added = run("add", "-", "--db", db, "--agent", "a1", "--task", "book", "--budget", "4000", stdin=json.dumps(steps))
+    assert added.returncode == 0, added.stderr
+    done = run("erase", "--db", db, "--agent", "a1", "--step", "1", "--reason", "secret", "--no-marker")
+    assert done.returncode == 0, done.stderr
+    erasure = json.loads(done.stdout)
+    assert (erasure["kind"], erasure["ids"], erasure["reason"]) == ("step", ["a1:1"], "secret")
+    listed = run("erasures", "--db", db, "--agent", "a1")
+    assert [json.loads(x) for x in listed.stdout.splitlines()] == [erasure]
+    assert run("erasures", "--db", db).stdout == ""  # the session's chain, not the history's
+    with fm.Memory(db) as mem:
+        agent = mem.agent(session_id="a1")
+        assert "XQ7Z41" not in json.dumps([vars(s) for s in agent.steps], default=str)
+        assert "XQ7Z41" not in str(agent.context().messages) and agent.steps[1].action == "done"
+        assert mem.verify() == []
+    assert run("verify", "--db", db).returncode == 0
 
 
 @pytest.mark.slow

@@ -50,13 +50,42 @@ async def session_run(where: list[str], env: dict[str, str] | None = None) -> di
 def test_remember_and_recall_over_stdio(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     out = asyncio.run(session_run(["--db", str(db)]))
-    assert out["tools"] == ["notes", "recall", "remember"]
+    assert out["tools"] == ["erase", "notes", "recall", "remember"]
     recalled = str(out["recall"])
     assert "12C" in recalled and "TP1351" in recalled
     assert fm.count(recalled) <= 120
     assert "u1 · 2024-05-08" in str(out["notes"])
     assert out["bad"][0] is True and "max_tokens" in out["bad"][1]  # type: ignore[index]
     assert len(fm.Memory(db, history="me")) == 32  # the same store, readable by the library
+
+
+async def erase_run(db: Path) -> dict[str, object]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "flexamem", "mcp", "--db", str(db)])
+    out: dict[str, object] = {}
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.call_tool("remember", {"text": "My seat is 12C on TP1351.", "session_id": "trip"})
+        await session.call_tool("remember", {"text": "Refund to Visa ending 4417.", "session_id": "hotel"})
+        missing = await session.call_tool("erase", {"turn": "nope"})
+        out["missing"] = (missing.is_error, text_of(missing))
+        done = await session.call_tool("erase", {"turn": "hotel#1", "reason": "asked to forget"})
+        out["erased"] = (done.is_error, done.structured_content)
+        out["recall"] = text_of(await session.call_tool("recall", {"query": "Which card?", "max_tokens": 200}))
+        out["notes"] = text_of(await session.call_tool("notes", {}))
+    return out
+
+
+def test_erase_over_stdio(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    out = asyncio.run(erase_run(db))
+    assert out["missing"][0] is True and "nope" in out["missing"][1]  # type: ignore[index]
+    is_error, erasure = out["erased"]  # type: ignore[misc]
+    assert is_error is False and erasure["kind"] == "turn" and erasure["reason"] == "asked to forget"
+    assert erasure["ids"] == ["hotel#1"] and erasure["units"] == ["u2"]
+    assert "4417" not in str(out["recall"]) and "4417" not in str(out["notes"]) and "12C" in str(out["recall"])
+    mem = fm.Memory(db)
+    assert "4417" not in mem.note("hotel").raw and [e.ids for e in mem.erasures()] == [("hotel#1",)]
+    assert mem.verify() == []
 
 
 def test_the_mcp_door_serves_a_memory_on_a_server(server: Server, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The CLI's store verbs: ``init``, ``add``, ``render``, ``histories``, ``notes``, ``show``, ``drop``,
-``export``, ``import``, ``backup``.
+``export``, ``import``, ``backup``, ``erase``, ``erasures``, ``scrub``.
 
 Each takes ``--db`` (a SQLite file or a ``postgresql://`` URL; default ``$FLEXAMEM_DB``) and, where it
 reads or writes one history, ``--history``. ``--json`` prints machine-readable output on stdout.
@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from flexamem.client import RemoteMemory
 from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_file_path, import_history
+from flexamem.names import session_history
 from flexamem.notes import Note, note_json
 from flexamem.render.renderer import MODES
 from flexamem.render.result import rendering_json
@@ -309,6 +310,47 @@ def cmd_drop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_erase(args: argparse.Namespace) -> int:
+    """One turn, one session or one agent step erased from every stored copy (``Memory.erase``), in one
+    transaction: the erasure as one JSON line. Nothing of that name: exit 2, nothing changes."""
+    if args.step is not None and args.agent is None:
+        raise InvalidInputError("--step needs --agent SESSION_ID (the agent session whose step it is)")
+    if args.agent is not None and args.step is None:
+        raise InvalidInputError("--agent needs --step N (the step to erase)")
+    with _open(args) as mem:
+        _with_key(args, mem)
+        if args.agent is not None:
+            done = mem.agent(session_id=args.agent).erase(args.step, reason=args.reason, marker=not args.no_marker)
+        else:
+            done = mem.erase(turn=args.turn, session=args.session, reason=args.reason, marker=not args.no_marker)
+    print(json.dumps(done.as_json(), ensure_ascii=False))
+    return 0
+
+
+def cmd_erasures(args: argparse.Namespace) -> int:
+    """The erasures of a history (or, with --agent, of one of its agent sessions) as JSON lines, oldest
+    first: what each named, why, when; never the words."""
+    with _open(args, read_only=True) as mem:
+        if args.agent is None:
+            erasures = mem.erasures()
+        else:
+            mem.agent(session_id=args.agent)  # none of that id: NotFoundError
+            erasures = mem.store.erasures(session_history(mem.history_id, args.agent))
+    for erasure in erasures:
+        print(json.dumps(erasure.as_json(), ensure_ascii=False))
+    return 0
+
+
+def cmd_scrub(args: argparse.Namespace) -> int:
+    """The store's clean-up of erased and deleted rows' bytes (SQLite: a WAL checkpoint; PostgreSQL:
+    VACUUM FULL of the tables erasure rewrites, which locks them while it runs)."""
+    db = _db(args)
+    with Memory(db) as mem:
+        mem.store.scrub()
+    _emit(args, {"db": db, "scrubbed": True}, f"{db}: scrubbed")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from flexamem.server import KeyFile, ServerConfig, serve
@@ -443,6 +485,24 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--db", help="SQLite file (default: $FLEXAMEM_DB)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_backup)
+    p = sub.add_parser("erase", help="erase a turn, a session or an agent step from every stored copy")
+    common(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--turn", help="a turn id, or <unit id or label>#<n> (the unit's n-th turn)")
+    which.add_argument("--session", help="a session id: every turn of it")
+    which.add_argument("--agent", help="an agent session id (with --step)")
+    p.add_argument("--step", type=int, help="with --agent: the step number to erase")
+    p.add_argument("--reason", default="", help="why (kept in the erasure; never the words)")
+    p.add_argument("--no-marker", action="store_true", help="show nothing where the words were (default: (erased))")
+    p.add_argument("--keys", help="a local store: sign its heads with this server key file's secret")
+    p.set_defaults(func=cmd_erase)
+    p = sub.add_parser("erasures", help="print the erasures of a history or of one agent session (JSON lines)")
+    common(p)
+    p.add_argument("--agent", help="an agent session id: its erasures (a local store)")
+    p.set_defaults(func=cmd_erasures)
+    p = sub.add_parser("scrub", help="make erased and deleted rows' bytes leave the store's files")
+    common(p, history=False, url=False)
+    p.set_defaults(func=cmd_scrub)
     p = sub.add_parser("serve", help="run the HTTP server (FastAPI; API keys per tenant)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
     p.add_argument("--keys", default=os.environ.get("FLEXAMEM_KEYS", "flexamem-keys.json"), help="key file")
@@ -489,7 +549,7 @@ def add_store_commands(sub: Any) -> None:
     )
     p.add_argument("--auth-rate", type=float, help="failed authentications a second an address regains, per worker (2)")
     p.set_defaults(func=cmd_serve)
-    p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes)")
+    p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes, erase)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
     p.add_argument("--url", help="a FlexA-Mem server instead of --db (default: $FLEXAMEM_URL; key: $FLEXAMEM_API_KEY)")
     p.add_argument("--history", default="default", help="which history of the store (default: default)")

@@ -5,6 +5,7 @@ Tools:
 * ``remember``: write text (one turn) or OpenAI-format messages as one session of the history.
 * ``recall``: the memory rendered for a query within ``max_tokens`` (the text, never longer).
 * ``notes``: the history's records, one line per unit (what is stored, in time order).
+* ``erase``: erase one turn or one session from every stored copy (``Memory.erase``); returns the erasure.
 
 An MCP client (Claude Desktop, an IDE, an agent framework) starts it as a subprocess::
 
@@ -101,6 +102,15 @@ def build_server(mem: Memory) -> Any:
     def notes() -> list[str]:
         """The stored units, oldest first: `label · date: record`."""
         return [f"{n.label} · {n.date or n.kind}: {n.record}" for n in mem.notes()]
+
+    @server.tool()
+    @clear
+    def erase(
+        turn: str | None = None, session: str | None = None, reason: str = "", marker: bool = True
+    ) -> dict[str, Any]:
+        """Erase one `turn` (its id, or `u<n>#<k>`: unit n's k-th turn) or a whole `session` (its id) from
+        every stored copy; `marker` shows `(erased)` where the words were. Returns the erasure (never the words)."""
+        return mem.erase(turn=turn, session=session, reason=reason, marker=marker).as_json()
 
     return server
 
