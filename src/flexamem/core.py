@@ -45,7 +45,7 @@ from flexamem.store.sql import new_epoch
 from flexamem.tokens import TokenCounter
 from flexamem.write.default_embed import FP32, default_embedder
 from flexamem.write.embed import Embedder
-from flexamem.write.records import AsyncRecordWriter, RecordWriter, RuleWriter
+from flexamem.write.records import AsyncRecordWriter, Forgets, RecordWriter, RuleWriter
 from flexamem.write.units import ERASED_MARK, erased_draft, is_marker
 from flexamem.write.writer import NoteWriter
 
@@ -394,7 +394,9 @@ class HistoryCore:
                 raise NotFoundError(f"nothing named {', '.join(map(repr, ids))} in history {self.history_id!r}")
             done = self.store.erase(self.history_id, kind, ids, reason, rewritten, steps, epoch=self.epoch)
             self.reset()
-            return done
+        if isinstance(self.writer, Forgets):  # model answers written from the erased words go too
+            self.writer.forget_responses()
+        return done
 
     def stored_request(self, request_id: str, body: str) -> list[str] | None:
         """The unit ids a write under ``request_id`` stored, None when there is none, or

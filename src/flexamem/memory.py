@@ -526,8 +526,12 @@ class Memory:
         return erasure, self.add_session(turns, session_id=session_id, date=date)
 
     def erasures(self) -> list[Erasure]:
-        """This history's erasures, oldest first (what each named, why, when, the units it rewrote)."""
-        return self.store.erasures(self.history_id)
+        """The erasures of this history and of its agent sessions, oldest first (what each named, why,
+        when, the units and steps it rewrote; a step's ids are ``"<session>:<step>"``)."""
+        found = self.store.erasures(self.history_id)
+        for sid in self.store.sessions(self.history_id):
+            found += self.store.erasures(sid)
+        return sorted(found, key=lambda e: e.at)
 
     def drop_session(self, session_id: str) -> bool:
         """Delete one agent session of this history (its steps and notes). Returns whether it existed."""

@@ -34,6 +34,7 @@ class ResponseCache:
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.execute("PRAGMA secure_delete=ON")  # a cleared answer leaves no bytes behind
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,"
                 " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
@@ -56,6 +57,15 @@ class ResponseCache:
     def __len__(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def clear(self) -> None:
+        """Delete every answer (an erasure: answers written from erased words cannot be told from the
+        others without keeping their prompts, one more copy of the words), zeroed and checkpointed out
+        of the WAL, so no file of the cache holds them."""
+        with self._lock:
+            self._db.execute("DELETE FROM responses")
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         with self._lock:

@@ -370,6 +370,11 @@ class OpenAICompatible:
         if pair is not None:
             await pair[0].aclose()
 
+    def forget_responses(self) -> None:
+        """Empty the response cache (an erasure: see :meth:`ResponseCache.clear`)."""
+        if self.cache is not None:
+            self.cache.clear()
+
     def close(self) -> None:
         with self._client_lock:
             if self._client is not None:

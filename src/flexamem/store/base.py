@@ -30,8 +30,9 @@ class StepRow:
 @dataclass(frozen=True)
 class Erasure:
     """One erasure as the chain keeps it (``Memory.erase``): what it named (``kind``: ``"turn"``,
-    ``"session"`` or ``"step"``; ``ids``), why, when (Unix time), and the notes (by position) and agent
-    steps (by number) whose words it removed. It keeps no word of what it erased."""
+    ``"session"`` or ``"step"``; ``ids``), why, when (Unix time), and the notes (by position, 0-based) and
+    agent steps (by number, as contexts show them) whose words it removed. It keeps no word of what it
+    erased."""
 
     n: int
     kind: str

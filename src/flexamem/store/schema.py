@@ -414,13 +414,16 @@ _POSTGRES_ERASING = (
             IF TG_OP = 'DELETE' AND TG_TABLE_NAME IN ('pieces', 'piece_vectors', 'merged') THEN
                 RETURN OLD;
             END IF;
-            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'notes' AND NEW.history_id = OLD.history_id
-                AND NEW.seq = OLD.seq AND NEW.unit_id = OLD.unit_id AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
-                RETURN NEW;
-            END IF;
-            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'steps' AND NEW.history_id = OLD.history_id
-                AND NEW.n = OLD.n AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
-                RETURN NEW;
+            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'notes' THEN
+                IF NEW.history_id = OLD.history_id AND NEW.seq = OLD.seq AND NEW.unit_id = OLD.unit_id
+                    AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                    RETURN NEW;
+                END IF;
+            ELSIF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'steps' THEN
+                IF NEW.history_id = OLD.history_id AND NEW.n = OLD.n
+                    AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                    RETURN NEW;
+                END IF;
             END IF;
         END IF;
         IF TG_OP = 'DELETE' AND EXISTS (

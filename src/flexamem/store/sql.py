@@ -160,7 +160,7 @@ def erasures_problems(history: str, rows: Sequence[Sequence[Any]]) -> list[str]:
 def erasure_from(row: Sequence[Any]) -> Erasure:
     n, kind, ids, reason, at, digest, notes, steps = row
     return Erasure(int(n), str(kind), tuple(json.loads(ids)), str(reason), float(at),
-                   tuple(int(r[0]) for r in json.loads(notes)), tuple(int(r[0]) for r in json.loads(steps)),
+                   tuple(int(r[0]) for r in json.loads(notes)), tuple(int(r[0]) + 1 for r in json.loads(steps)),
                    str(digest))  # fmt: skip
 
 

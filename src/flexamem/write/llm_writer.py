@@ -25,7 +25,7 @@ from flexamem.llm.client import ChatModel, Completion, Message, parse_json_objec
 from flexamem.notes import Fields, LLMCall, Record, UnitDraft
 from flexamem.text import cut_words
 from flexamem.tokens import TokenCounter, counter
-from flexamem.write.records import Progress, RuleWriter, write_in_order
+from flexamem.write.records import Forgets, Progress, RuleWriter, write_in_order
 
 PROMPTS = Path(__file__).parent / "prompts"
 CUT_MARK = " …"
@@ -72,6 +72,11 @@ class LLMWriter:
         self._record_prompt = _template("record.txt")
         self._merge_prompt = _template("merge.txt")
         self._repair_prompt = _template("repair.txt")
+
+    def forget_responses(self) -> None:
+        """Drop the model's cached answers, when it keeps any (an erasure calls this)."""
+        if isinstance(self.model, Forgets):
+            self.model.forget_responses()
 
     # -- prompts -------------------------------------------------------------------------------------
     def _shown(self, text: str) -> str:

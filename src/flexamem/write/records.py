@@ -50,6 +50,14 @@ class RecordWriter(Protocol):
 
 
 @runtime_checkable
+class Forgets(Protocol):
+    """A writer or model that keeps model answers (a response cache) and can drop them all: an erasure
+    calls it, since an answer written from erased words cannot be told from the others."""
+
+    def forget_responses(self) -> None: ...
+
+
+@runtime_checkable
 class AsyncRecordWriter(RecordWriter, Protocol):
     """A writer whose records can be awaited (the LLM writer); others run in a worker thread. Merged
     records need no twin: they are written inside a render, which async callers run in a thread."""
