@@ -1,4 +1,5 @@
-"""Command line: ``flexamem init|add|render|histories|notes|show|drop|demo|ingest|eval|replay|flagged|usage``.
+"""Command line: ``flexamem init|add|render|histories|notes|show|drop|erase|erasures|scrub|head|verify|export|import|
+backup|demo|ingest|eval|replay|flagged|usage|serve|mcp``.
 
 Plain argparse (no extra dependency); every command works offline on the embedded default.
 """
