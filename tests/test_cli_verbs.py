@@ -197,3 +197,23 @@ def test_heads_kept_by_the_cli_catch_a_cut_tail(tmp_path: Path) -> None:
     conn.close()
     done = run("verify", "--db", db, "--history", "ana", "--head", str(kept), "--json")
     assert done.returncode == 1 and any("rolled back" in p for p in json.loads(done.stdout)["problems"]), done.stdout
+
+
+def test_an_export_read_by_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    """``flexamem export | head``: the reader closes the pipe; the export stops with no traceback."""
+    import flexamem as fm
+
+    db = tmp_path / "m.db"
+    mem = fm.Memory(db)
+    for i in range(40):
+        mem.add_session([{"speaker": "Ana", "text": f"day {i}: " + "a walk by the river " * 50}], session_id=f"s{i}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flexamem", "export", "--db", str(db), "--history", "default"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b'{"format"')
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""

@@ -7,7 +7,9 @@ Plain argparse (no extra dependency); every command works offline on the embedde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import re
 import sys
 import tempfile
@@ -165,3 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("flexamem: interrupted (what was stored stays stored)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``flexamem export | head``): stop quietly, as cat does
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's last flush cannot fail
+        return 141
