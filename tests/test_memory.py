@@ -129,8 +129,13 @@ def test_settings_assigned_apply_from_the_next_call() -> None:
     after = mem.render("parcel 7", budget=1500)
     small, large = (r.composition.get("records", 0) + r.composition.get("merged", 0) for r in (before, after))
     assert large > small and after.tokens <= after.allowance
-    mem.settings = fm.Settings(kappa=16)  # a writing setting: notes written from now on
-    mem.add_session([{"speaker": "Ana", "text": "a long line about the weather and the sea " * 10}], session_id="new")
-    assert max(p.tokens for p in mem.note("new").pieces) <= 16 < max(p.tokens for p in mem.note("d0").pieces)
+    mem.settings = fm.Settings(kappa=16)  # a writing setting: the history keeps the one it recorded
+    long_turn = [{"speaker": "Ana", "text": "a long line about the weather and the sea " * 10}]
+    with pytest.warns(fm.WriteSettingsWarning, match="kappa=128 \\(given 16\\)"):
+        mem.add_session(long_turn, session_id="new")
+    assert max(p.tokens for p in mem.note("new").pieces) > 16 and mem.write_settings()["kappa"] == 128
+    fresh = fm.Memory(":memory:", settings=fm.Settings(kappa=16))  # before its first write: the given ones
+    fresh.add_session(long_turn)
+    assert max(p.tokens for p in fresh.notes()[0].pieces) <= 16 and fresh.write_settings()["kappa"] == 16
     with pytest.raises(fm.InvalidInputError):
         mem.settings = {"kappa": 16}  # type: ignore[assignment]

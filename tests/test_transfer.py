@@ -177,8 +177,9 @@ def merged_removed(lines: list[str]) -> tuple[list[str], int]:
 
 
 def state_changed(lines: list[str]) -> tuple[list[str], int]:
-    i = where(lines, "state", 0)
-    return edited(lines, i, lambda d: d.update(value="false")), where(lines, "head", 1) + 1
+    i = where(lines, "state", 0)  # refused at the head of the history that holds it (the line after it)
+    head = next(k for k in range(i, len(lines)) if json.loads(lines[k]).get("type") == "head")
+    return edited(lines, i, lambda d: d.update(value="false")), head + 1
 
 
 def task_changed(lines: list[str]) -> tuple[list[str], int]:

@@ -2,7 +2,7 @@
 
 from flexamem.agent import AgentContext, AgentSession
 from flexamem.client import ClientSettings, RemoteMemory
-from flexamem.config import Settings
+from flexamem.config import Settings, WriteSettingsWarning
 from flexamem.digests import Head
 from flexamem.errors import (
     BudgetError,
@@ -31,6 +31,7 @@ from flexamem.notes import Fields, Note, Piece, Record, Step, Turn, UnitDraft
 from flexamem.render.renderer import ABLATIONS, RenderOptions
 from flexamem.render.result import Rendering, UnitView
 from flexamem.store import SQLiteStore, Store
+from flexamem.store.base import Erasure
 from flexamem.tokens import count, counter
 from flexamem.write.embed import Embedder, MiniLMEmbedder
 from flexamem.write.llm_writer import LLMWriter
@@ -47,6 +48,7 @@ __all__ = [
     "ClientSettings",
     "ConcurrentWriteError",
     "DuplicateUnitError",
+    "Erasure",
     "FlexaMemError",
     "Head",
     "HistoryDroppedError",
@@ -67,6 +69,7 @@ __all__ = [
     "StoreFullError",
     "StoreUnavailableError",
     "UnauthorizedError",
+    "WriteSettingsWarning",
     "count",
     "import_history",
     "load_config",

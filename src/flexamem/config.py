@@ -1,15 +1,16 @@
 """Settings: every number the algorithm uses, with the reason for its default.
 
-Writing settings (units, pieces, records) shape what is stored; a history keeps the pieces it was
-written with even if later opened with other settings. Rendering settings (``rho``, ``lam``, ``k``,
-``excerpt_tokens``) may change at every call.
+Writing settings (units, pieces, records, links, piece vectors: :data:`WRITE_SETTINGS`) shape what is
+stored: a history records them at its first write and is written with them on every later open,
+whatever settings it is opened with (:class:`WriteSettingsWarning` names the given ones they replace).
+Rendering settings (``rho``, ``lam``, ``k``, ``excerpt_tokens``) may change at every call.
 """
 
 from __future__ import annotations
 
 import functools
 import reprlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from flexamem.errors import InvalidInputError
@@ -35,6 +36,26 @@ WRITE_SETTINGS = (
     "piece_vectors",
     "piece_vector_limit",
 )
+
+
+class WriteSettingsWarning(UserWarning):
+    """A history is written with the write settings it recorded, not the different ones it was opened
+    with (``Memory(settings=...)``): one history is one consistent index."""
+
+
+def write_settings(settings: Settings) -> dict[str, Any]:
+    """The values of ``settings`` that shape what is stored (:data:`WRITE_SETTINGS`)."""
+    return {name: getattr(settings, name) for name in WRITE_SETTINGS}
+
+
+def with_write_settings(settings: Settings, recorded: dict[str, Any]) -> Settings:
+    """``settings`` with the write settings a history recorded (names this version does not know are
+    left out; a recorded value is checked as a given one is)."""
+    known = {k: v for k, v in recorded.items() if k in WRITE_SETTINGS}
+    try:
+        return replace(settings, **known)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"the write settings the history recorded are not valid: {exc}") from None
 
 
 @dataclass(frozen=True)

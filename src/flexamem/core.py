@@ -18,13 +18,14 @@ import asyncio
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from flexamem import budget
-from flexamem.config import Settings
+from flexamem.config import Settings, WriteSettingsWarning, with_write_settings, write_settings
 from flexamem.digests import body_digest, chain_problems
 from flexamem.errors import (
     ConcurrentWriteError,
@@ -57,6 +58,23 @@ Relabel = Callable[[History], Sequence[UnitDraft]]
 
 
 _UNCHECKED = object()
+WRITE_KEY = "write"  # the state row holding a history's write settings
+
+
+def inferred_write_settings(notes: Sequence[Note]) -> dict[str, Any]:
+    """The write settings of a history written before they were recorded: today's defaults, unless its
+    notes show otherwise (a piece longer than ``kappa``; fewer or more links than ``links`` on notes with
+    that many before them). Piece vectors are not inferred: notes with and without them already render
+    together (a piece without one is scored by its unit's embedding), and older versions wrote none."""
+    base = Settings()
+    out = write_settings(base)
+    longest = max((p.tokens for n in notes for p in n.pieces), default=0)
+    if longest > base.kappa:
+        out["kappa"] = longest
+    later = [n for n in notes if n.seq >= base.links]
+    if later:
+        out["links"] = max(max(len([d for d in n.links if d < n.seq]) for n in later), 1)
+    return out
 
 
 def request_body(drafts: Sequence[UnitDraft]) -> str:
@@ -79,7 +97,12 @@ class HistoryCore:
     ) -> None:
         self.store = store
         self.history_id = history_id
-        self.settings = settings
+        self.requested = settings  # as given; ``settings`` is what is used: the recorded write settings in
+        self.settings = settings  # place of the given ones once the history has them (follow_recorded)
+        self._write_for: object = _UNCHECKED  # the epoch whose recorded write settings are in ``settings``
+        self._write_stored = False  # whether the history holds its record (else the next write stores it)
+        self._warned = False
+        self._differs = ""  # the given write settings the recorded ones replace (warned at the first write)
         self.writer = writer
         self.counter = counter
         self._embedder = embedder
@@ -153,10 +176,12 @@ class HistoryCore:
             return self._renderer
 
     def use_settings(self, settings: Settings) -> None:
-        """Render and write with ``settings`` from the next call on (the view is kept; the renderer,
-        which holds the settings and the timeline's cache, is built again when next used)."""
+        """Render with ``settings`` from the next call on, and write with them where the history has
+        recorded no write settings of its own (the view is kept; the renderer, which holds the settings
+        and the timeline's cache, is built again when next used)."""
         with self.lock:
-            self.settings = settings
+            self.requested = self.settings = settings
+            self._write_for = _UNCHECKED
             self._renderer = None
 
     def render(self, attempt: Callable[[], Rendering], *, locked: bool = True) -> Rendering:
@@ -192,7 +217,45 @@ class HistoryCore:
             self._piece_vectors = {}
 
     def sync(self) -> int:
-        """Catch up with the store; returns how many notes were loaded.
+        """Catch up with the store (:meth:`catch_up`) and write with the settings the history recorded
+        (:meth:`follow_recorded`); returns how many notes were loaded."""
+        with self.lock:
+            loaded = self.catch_up()
+            self.follow_recorded()
+            return loaded
+
+    def follow_recorded(self) -> None:
+        """Once per stored history this view sees: its recorded write settings (``state`` key
+        ``write``, written with its first write; for a history written before they were recorded, what
+        its notes show, else today's defaults) replace the given ones, so a history is never written
+        with two sets. Given ones that differ are named by a :class:`WriteSettingsWarning` when this
+        view first writes (a render reads what is stored, whatever the write settings)."""
+        if self._write_for == self.epoch:
+            return
+        self._write_for = self.epoch
+        recorded: dict[str, Any] | None = None
+        self._write_stored = False
+        if self.epoch is not None:
+            stored = self.store.get_state(self.history_id, WRITE_KEY)
+            self._write_stored = isinstance(stored, dict)
+            if isinstance(stored, dict):
+                recorded = stored
+            elif self._history is not None and len(self._history):
+                recorded = inferred_write_settings(self._history.notes)
+        target = with_write_settings(self.requested, recorded) if recorded is not None else self.requested
+        given, kept = write_settings(self.requested), write_settings(target)
+        self._differs = ", ".join(f"{k}={kept[k]!r} (given {given[k]!r})" for k in kept if kept[k] != given[k])
+        if target != self.settings:
+            self.settings = target
+            self._renderer = None
+        if type(self.writer) is RuleWriter and (self.writer.record_words, self.writer.merged_words) != (
+            target.record_words,
+            target.merged_words,
+        ):
+            self.writer = RuleWriter(target.record_words, target.merged_words)
+
+    def catch_up(self) -> int:
+        """Catch up with the store's notes; returns how many notes were loaded.
 
         One read of the history's head (epoch and note count). A view whose history was dropped since
         it read it (no history, or another epoch) starts afresh: it forgets everything and loads the new
@@ -313,6 +376,7 @@ class HistoryCore:
                 if done is not None:
                     return done
                 self.check_new(relabel(self.history) if relabel else drafts)  # before any model call
+                self.warn_if_overridden()
         if records is None:
             records = self.writer.write_records(drafts)
         prepared = NoteWriter(self.embedder, self.counter, self.settings, self.known_piece).prepare(drafts, records)
@@ -339,7 +403,7 @@ class HistoryCore:
                         links,
                         calls,
                         steps=steps,
-                        state=state,
+                        state=self._recorded_with(state),
                         epoch=epoch,
                         create=create,
                         meta=recorded,
@@ -354,6 +418,7 @@ class HistoryCore:
                         raise  # a name the caller chose is taken; a library-chosen one is chosen again
                 else:
                     self.epoch = epoch
+                    self._write_for, self._write_stored = epoch, True
                     history.extend(notes, links)
                     return notes
             time.sleep(min(0.001 * (attempt + 1), 0.05))  # another process is writing: let it finish
@@ -397,6 +462,22 @@ class HistoryCore:
         if isinstance(self.writer, Forgets):  # model answers written from the erased words go too
             self.writer.forget_responses()
         return done
+
+    def warn_if_overridden(self) -> None:
+        """Before a write: name the given write settings the history's recorded ones replace (once)."""
+        if self._differs and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"history {self.history_id!r} is written with the settings it recorded: {self._differs}",
+                WriteSettingsWarning,
+                stacklevel=4,
+            )
+
+    def _recorded_with(self, state: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """``state`` and, for a history that holds no record of its write settings yet, that record."""
+        if self._write_stored:
+            return state
+        return {**(state or {}), WRITE_KEY: write_settings(self.settings)}
 
     def stored_request(self, request_id: str, body: str) -> list[str] | None:
         """The unit ids a write under ``request_id`` stored, None when there is none, or

@@ -24,7 +24,7 @@ import numpy as np
 
 from flexamem.budget import allowance as budget_allowance
 from flexamem.chat import message_turn
-from flexamem.config import ClientSettings, Settings
+from flexamem.config import ClientSettings, Settings, write_settings
 from flexamem.core import HistoryCore, Relabel, request_body
 from flexamem.digests import Head, state_digest
 from flexamem.errors import DuplicateUnitError, InvalidInputError, NotFoundError
@@ -376,6 +376,8 @@ class Memory:
     ) -> tuple[list[UnitDraft], Relabel | None]:
         """The session's units and, for a library-named session, how to re-name them at write time."""
         parsed = parse_turns(turns)
+        with self.core.lock:
+            self.core.sync()  # the history's recorded write settings cut its units
         if isinstance(date, datetime.date):  # a date or datetime: its ISO form
             date = date.isoformat()
         clean_date = clean_field(date, "date") if date is not None else None
@@ -524,6 +526,16 @@ class Memory:
         self._drafts(turns, session_id, date)  # refused input erases nothing
         erasure = self.erase(turn=turn, reason=reason, marker=marker)
         return erasure, self.add_session(turns, session_id=session_id, date=date)
+
+    def write_settings(self) -> dict[str, Any]:
+        """The settings this history is written with (``kappa``, unit sizes, links, record sizes, piece
+        vectors: :data:`flexamem.config.WRITE_SETTINGS`): recorded with its first write and used on every
+        later open whatever settings it is opened with (a :class:`WriteSettingsWarning` when they
+        differ); for a history written before they were recorded, what its notes show (else the
+        defaults), recorded by its next write; for a history not written yet, the given ones."""
+        with self.core.lock:
+            self.core.sync()
+            return write_settings(self.core.settings)
 
     def erasures(self) -> list[Erasure]:
         """The erasures of this history and of its agent sessions, oldest first (what each named, why,
@@ -698,7 +710,9 @@ class Memory:
         from flexamem.agent import AgentSession
 
         def factory(history_id: str) -> HistoryCore:
-            return HistoryCore(self.store, history_id, self.settings, self.writer, self.counter, self._given_embedder)
+            return HistoryCore(
+                self.store, history_id, self.core.requested, self.writer, self.counter, self._given_embedder
+            )
 
         return AgentSession.open(
             factory, self.history_id, task=task, budget=budget, system=system, session_id=session_id

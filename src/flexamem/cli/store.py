@@ -196,13 +196,27 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _histories(mem: Memory) -> Iterator[dict[str, Any]]:
     for hid, kind in mem.store.histories():
-        yield {"history": hid, "kind": kind, "notes": mem.store.note_count(hid)}
+        recorded = mem.store.get_state(hid, "write")  # None: written before write settings were recorded
+        yield {"history": hid, "kind": kind, "notes": mem.store.note_count(hid), "write": recorded}
+
+
+def _written_with(recorded: object) -> str:
+    if not isinstance(recorded, dict):
+        return "write settings not recorded (what its notes show is used; its next write records them)"
+    return "written with " + " ".join(f"{k}={v}" for k, v in recorded.items())
 
 
 def cmd_histories(args: argparse.Namespace) -> int:
     with _open(args, read_only=True) as mem:
         rows = mem.histories() if isinstance(mem, RemoteMemory) else list(_histories(mem))
-    text = "\n".join(f"{r['history']}\t{r['kind']}\t{r['notes']} notes" for r in rows) or "no histories"
+    text = (
+        "\n".join(
+            f"{r['history']}\t{r['kind']}\t{r['notes']} notes"
+            + (f"\t{_written_with(r['write'])}" if "write" in r else "")
+            for r in rows
+        )
+        or "no histories"
+    )
     _emit(args, rows, text)
     return 0
 
@@ -220,10 +234,12 @@ def cmd_notes(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args, read_only=True) as mem:
         note = mem.note(args.unit)
-    data = note_json(note, full=True)
-    text = "\n".join(
-        [f"{note.label} ({note.unit_id}) · {note.date or note.kind}", f"record: {note.record}", "", note.raw]
-    )
+        written = None if isinstance(mem, RemoteMemory) else mem.write_settings()
+    data = {**note_json(note, full=True), **({"history_write_settings": written} if written else {})}
+    header = [f"{note.label} ({note.unit_id}) · {note.date or note.kind}", f"record: {note.record}"]
+    if written:
+        header.append("history " + _written_with(written))
+    text = "\n".join([*header, "", note.raw])
     _emit(args, data, text)
     return 0
 
