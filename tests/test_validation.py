@@ -138,7 +138,7 @@ def test_the_error_contract_reproducers(tmp_path: Path) -> None:
     for order in (1.5, "u1", [1.5], ["nope"]):
         with pytest.raises(fm.InvalidInputError):
             agent.context(order=order)  # type: ignore[arg-type]
-    for mode in ([], "fast", None):
+    for mode in ([], "fast", 3):  # None: the profile's mode
         with pytest.raises(fm.InvalidInputError):
             mem.render("note", 500, mode=mode)  # type: ignore[arg-type]
     assert len(mem) == 3 and mem.verify() == []

@@ -108,6 +108,7 @@ class AgentSession:
         self.system: str = meta.get("system", "")
         self.budget: int = int(meta["budget"])
         self._fixed_tokens: tuple[tuple[str | None, str], int] | None = None  # (system, task) and their count
+        self.default_mode = AGENT_DEFAULT_MODE  # a context's mode when none is given (the memory's profile's)
         self._load_steps()
         self._task_vector: np.ndarray | None = None
         self._task_terms: list[str] | None = None
@@ -326,7 +327,7 @@ class AgentSession:
             self._step_ids[row.step_id] = step.number
 
     async def acontext(
-        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[str] | None = None
+        self, options: RenderOptions | None = None, mode: str | None = None, order: Sequence[str] | None = None
     ) -> AgentContext:
         """The async twin of :meth:`context` (CPU work, run in a worker thread)."""
         return await asyncio.to_thread(self.context, options, mode, order)
@@ -383,11 +384,11 @@ class AgentSession:
         out.append({"role": "user", "content": self.task})
         return out
 
-    def messages(self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE) -> list[Message]:
+    def messages(self, options: RenderOptions | None = None, mode: str | None = None) -> list[Message]:
         return self.context(options, mode).messages
 
     def context(
-        self, options: RenderOptions | None = None, mode: str = AGENT_DEFAULT_MODE, order: Sequence[str] | None = None
+        self, options: RenderOptions | None = None, mode: str | None = None, order: Sequence[str] | None = None
     ) -> AgentContext:
         """Build this call's context within ``floor(0.95 * budget)`` (see the module docstring).
 
@@ -397,8 +398,10 @@ class AgentSession:
         recovery) or ``"pieces"`` (the paper's piece recovery). ``order`` (unit ids or labels, most
         relevant first) replaces unit recovery's candidate order, as in :meth:`Memory.render`: another
         memory's ranking rendered with the timeline and fit-or-degrade. A repeated call with no new
-        step returns the same context without rendering again.
+        step returns the same context without rendering again. Without ``mode``, the memory's profile's
+        (:attr:`default_mode`).
         """
+        mode = self.default_mode if mode is None else mode
         options = check_mode(mode, options)
         self._alive()
         with self.core.lock:  # resolved against the notes as just caught up with

@@ -31,6 +31,8 @@ from flexamem.errors import DuplicateUnitError, InvalidInputError, NotFoundError
 from flexamem.history import History
 from flexamem.names import reserved, session_history, session_prefix
 from flexamem.notes import Note, Turn, UnitDraft
+from flexamem.profiles import DEFAULT, Profile
+from flexamem.profiles import profile as named_profile
 from flexamem.render.renderer import Query, Renderer, RenderOptions, check_mode
 from flexamem.render.result import Hit, Rendering
 from flexamem.store import transfer
@@ -100,7 +102,12 @@ class Memory:
             the same API over ``flexamem serve`` (:class:`flexamem.client.RemoteMemory`; ``key=`` or
             ``FLEXAMEM_API_KEY``, ``client=`` :class:`~flexamem.config.ClientSettings`).
         history: which history of the store this object reads and writes (a store can hold many).
-        settings: writing and rendering settings; defaults are documented in :class:`Settings`.
+        settings: writing and rendering settings on top of the profile: a :class:`Settings`, or a mapping
+            of the fields to change (``{"k": 3}``); defaults are documented in :class:`Settings`.
+        profile: a named, versioned choice of mode and settings (:mod:`flexamem.profiles`:
+            ``"auto-v1"``, ``"paper-units-v1"``, ``"paper-pieces-v1"``, or an alias such as ``"auto"``);
+            the default is ``"auto"``. Renders without a ``mode`` use the profile's, and every
+            :class:`Rendering` names the profile and the overrides that produced it.
         writer: writes records and fields; the offline :class:`RuleWriter` by default.
         embedder: sentence embeddings; by default all-MiniLM-L6-v2 (``FLEXAMEM_EMBEDDER``), or, for a
             stored history, the one it was written with (recorded in the store); a given embedder other
@@ -127,7 +134,8 @@ class Memory:
         path: str | Path = ":memory:",
         *,
         history: str = "default",
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
+        profile: str | None = None,
         writer: RecordWriter | None = None,
         embedder: Embedder | None = None,
         store: Store | None = None,
@@ -138,8 +146,9 @@ class Memory:
     ) -> None:
         if key is not None or client is not None:
             raise InvalidInputError("key= and client= are for a memory at a server URL (http:// or https://)")
+        self.profile: Profile = named_profile(DEFAULT if profile is None else profile)
+        resolved, self.overrides = self.profile.with_overrides(settings)  # refuses what is not settings
         for name, value, kind in (
-            ("settings", settings, Settings),
             ("writer", writer, RecordWriter),
             ("embedder", embedder, Embedder),
             ("store", store, Store),
@@ -148,7 +157,7 @@ class Memory:
                 raise InvalidInputError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(read_only, bool):
             raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
-        settings = settings or Settings()
+        settings = resolved
         self.counter: TokenCounter = counter()
         self.writer: RecordWriter = writer or RuleWriter(settings.record_words, settings.merged_words)
         if store is None:
@@ -183,7 +192,8 @@ class Memory:
     def settings(self, value: Settings) -> None:
         if not isinstance(value, Settings):
             raise InvalidInputError(f"settings must be a Settings, got {type(value).__name__}")
-        self.core.use_settings(value)
+        resolved, self.overrides = self.profile.with_overrides(value)
+        self.core.use_settings(resolved)
 
     @property
     def embedder(self) -> Embedder:
@@ -584,7 +594,7 @@ class Memory:
         query: str,
         budget: int,
         *,
-        mode: str = "auto",
+        mode: str | None = None,
         prompt: str = "",
         options: RenderOptions | None = None,
         query_vector: np.ndarray | None = None,
@@ -596,12 +606,13 @@ class Memory:
         r.tokens <= floor(0.95 * budget)``. ``mode`` is ``"auto"`` (the default: a small timeline plus
         pieces ranked by stemmed BM25 fused with piece vectors, whole turns and their neighbours; see
         docs/RENDERING.md), or one of the paper's modes, ``"pieces"`` (piece recovery) and ``"units"``
-        (unit recovery), kept as the paper defines them. No LLM is called
+        (unit recovery), kept as the paper defines them; without it, the profile's. No LLM is called
         except to write a merged record the first time it is needed (then stored and reused).
         ``query_vector`` skips embedding the query when the caller already has its MiniLM vector.
         ``order`` (unit ids or labels, most relevant first) replaces unit recovery's candidate order: another
         memory's search results rendered with fit-or-degrade (``mode="units"``; a plug-in).
         """
+        mode = self.profile.mode if mode is None else mode
         options, q, allowance = self._render_args(query, budget, mode, prompt, options, query_vector)
 
         def attempt() -> Rendering:  # under the history's lock, just caught up
@@ -613,7 +624,7 @@ class Memory:
         ) as span:
             r = self.core.render(attempt)
             span.set("flexamem.tokens", r.tokens)
-        return r
+        return dataclasses.replace(r, profile=self.profile.name, overrides=dict(self.overrides))
 
     def _render_args(
         self, query: object, budget: int, mode: str, prompt: object, options: RenderOptions | None, vector: object
@@ -714,9 +725,11 @@ class Memory:
                 self.store, history_id, self.core.requested, self.writer, self.counter, self._given_embedder
             )
 
-        return AgentSession.open(
+        session = AgentSession.open(
             factory, self.history_id, task=task, budget=budget, system=system, session_id=session_id
         )
+        session.default_mode = self.profile.mode
+        return session
 
 
 def import_history(

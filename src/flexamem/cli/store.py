@@ -21,6 +21,7 @@ from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_file_path, import_history
 from flexamem.names import session_history
 from flexamem.notes import Note, note_json
+from flexamem.profiles import ALIASES, PROFILES
 from flexamem.render.renderer import MODES
 from flexamem.render.result import rendering_json
 from flexamem.store import transfer
@@ -73,11 +74,12 @@ def _open(args: argparse.Namespace, *, read_only: bool = False, must_exist: bool
         raise InvalidInputError("give --db or --url, not both")
     url = url or (None if args.db else os.environ.get("FLEXAMEM_URL"))
     history = getattr(args, "history", "default")
+    profile = getattr(args, "profile", None)  # None: the default profile (flexamem.profiles)
     if url:
         args.where = url
-        return Memory(url, history=history)
+        return Memory(url, history=history, profile=profile)
     args.where = _db(args, must_exist=must_exist)
-    return Memory(args.where, history=history, read_only=read_only)
+    return Memory(args.where, history=history, read_only=read_only, profile=profile)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -190,7 +192,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(json.dumps(data, ensure_ascii=False, indent=2))
         else:
             print(r.text)
-            print(f"-- {r.tokens} tokens, mode {r.mode}, allowance {r.allowance}", file=sys.stderr)
+            overrides = "".join(f" {k}={v}" for k, v in r.overrides.items())
+            print(f"-- {r.tokens} tokens, mode {r.mode}, allowance {r.allowance}, profile {r.profile}{overrides}",
+                  file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -424,6 +428,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+PROFILE_HELP = f"a named profile: mode and settings ({', '.join([*PROFILES, *ALIASES])}; default: auto)"
+
+
 def add_store_commands(sub: Any) -> None:
     """Register the store verbs on the CLI's subparsers."""
 
@@ -436,6 +443,7 @@ def add_store_commands(sub: Any) -> None:
             )
         if history:
             p.add_argument("--history", default="default", help="which history of the store (default: default)")
+            p.add_argument("--profile", help=PROFILE_HELP)
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("init", help="create a store (SQLite file) or check one opens")
@@ -458,7 +466,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("query")
     common(p)
     p.add_argument("--budget", type=int, default=4096, help="tokens (the memory gets 0.95 x budget - the query)")
-    p.add_argument("--mode", default="auto", choices=list(MODES), help="auto (default), pieces or units")
+    p.add_argument("--mode", choices=list(MODES), help="auto, pieces or units (default: the profile's; auto)")
     p.add_argument("--read-only", action="store_true", help="open the store read-only (merges kept in memory)")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("histories", help="list the histories of a store (agent sessions included)")
@@ -569,4 +577,5 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")
     p.add_argument("--url", help="a FlexA-Mem server instead of --db (default: $FLEXAMEM_URL; key: $FLEXAMEM_API_KEY)")
     p.add_argument("--history", default="default", help="which history of the store (default: default)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.set_defaults(func=cmd_mcp)

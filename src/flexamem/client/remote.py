@@ -31,6 +31,8 @@ from flexamem.digests import Head
 from flexamem.errors import InvalidInputError, NotFoundError
 from flexamem.memory import Memory, check_request_id
 from flexamem.notes import Note, Turn, note_from_json
+from flexamem.profiles import DEFAULT, Profile
+from flexamem.profiles import profile as named_profile
 from flexamem.render.renderer import RenderOptions
 from flexamem.render.result import Hit, Rendering, rendering_from_json
 from flexamem.store.base import Erasure, Store
@@ -73,6 +75,8 @@ class RemoteMemory(Memory):
     Args:
         path: the server's URL, or several servers of one store, comma-separated.
         history: the history of the key's tenant this object reads and writes.
+        profile: a profile name (:mod:`flexamem.profiles`) sent with every render: the server renders
+            with it (its mode when none is given); without it, the server's profile.
         key: the API key (default: ``FLEXAMEM_API_KEY``).
         client: timeouts and retries (:class:`~flexamem.config.ClientSettings`).
 
@@ -85,6 +89,7 @@ class RemoteMemory(Memory):
         *,
         history: str = "default",
         settings: Settings | None = None,
+        profile: str | None = None,
         writer: RecordWriter | None = None,
         embedder: Embedder | None = None,
         store: Store | None = None,
@@ -92,6 +97,9 @@ class RemoteMemory(Memory):
         key: str | None = None,
         client: ClientSettings | None = None,
     ) -> None:
+        self.profile: Profile = named_profile(DEFAULT if profile is None else profile)
+        self._send_profile = profile is not None  # a named profile is sent with every render
+        self.overrides: dict[str, Any] = {}
         given = {"settings": settings, "writer": writer, "embedder": embedder, "store": store}
         for name, value in given.items():
             if value is not None:
@@ -316,12 +324,13 @@ class RemoteMemory(Memory):
         self,
         query: str,
         budget: int,
-        mode: str,
+        mode: str | None,
         prompt: str,
         options: RenderOptions | None,
         query_vector: Any,
         order: Sequence[str] | None,
     ) -> Call[Rendering]:
+        mode = mode if mode is not None else self.profile.mode
         if options is not None or query_vector is not None:
             raise InvalidInputError("options= and query_vector= are not sent to a server (render with its settings)")
         if order is not None and (isinstance(order, str | bytes) or not isinstance(order, Sequence)):
@@ -329,6 +338,8 @@ class RemoteMemory(Memory):
         _, _, allowance = self._render_args(query, budget, mode, prompt, None, None)  # refused here as locally
         body = {"query": query, "budget": int(budget), "mode": mode, "prompt": prompt}
         body["order"] = list(order) if order is not None else None
+        if self._send_profile:
+            body["profile"] = self.profile.name
 
         def empty() -> Rendering:  # a history that holds nothing yet: an empty memory, as a local one renders
             return Rendering(text="", tokens=0, allowance=allowance, mode=mode)
@@ -341,7 +352,7 @@ class RemoteMemory(Memory):
         query: str,
         budget: int,
         *,
-        mode: str = "auto",
+        mode: str | None = None,
         prompt: str = "",
         options: RenderOptions | None = None,
         query_vector: Any = None,
@@ -353,7 +364,7 @@ class RemoteMemory(Memory):
         call = self._render_call(
             query,
             budget,
-            kwargs.pop("mode", "auto"),
+            kwargs.pop("mode", None),
             kwargs.pop("prompt", ""),
             kwargs.pop("options", None),
             kwargs.pop("query_vector", None),

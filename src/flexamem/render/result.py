@@ -67,6 +67,8 @@ class Rendering:
     pass_through: bool = False
     merges_written: int = 0
     timeline_spans: tuple[tuple[int, int, int], ...] = ()  # (first, last, level) after merging
+    profile: str | None = None  # the profile that produced it (flexamem.profiles), and the settings that
+    overrides: dict[str, Any] = field(default_factory=dict)  # differed from the profile's
 
     @functools.cached_property
     def shown(self) -> list[UnitView]:
@@ -106,6 +108,8 @@ def rendering_json(r: Rendering) -> dict[str, Any]:
         ],
         "merges_written": r.merges_written,
         "timeline_spans": [list(s) for s in r.timeline_spans],
+        "profile": r.profile,
+        "overrides": dict(r.overrides),
     }
 
 
@@ -131,4 +135,6 @@ def rendering_from_json(data: Mapping[str, Any]) -> Rendering:
         pass_through=data["pass_through"],
         merges_written=data.get("merges_written", 0),
         timeline_spans=tuple((int(a), int(b), int(c)) for a, b, c in data.get("timeline_spans", ())),
+        profile=data.get("profile"),
+        overrides=dict(data.get("overrides") or {}),
     )

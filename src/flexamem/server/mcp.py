@@ -88,8 +88,9 @@ def build_server(mem: Memory) -> Any:
 
     @server.tool()
     @clear
-    def recall(query: str, max_tokens: int = 2000, mode: str = "auto") -> str:
-        """What the memory holds about `query`, within `max_tokens` tokens (mode: auto, pieces or units)."""
+    def recall(query: str, max_tokens: int = 2000, mode: str | None = None) -> str:
+        """What the memory holds about `query`, within `max_tokens` tokens (mode: auto, pieces or units;
+        default: the server's profile's)."""
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidInputError("max_tokens must be a positive whole number")
         if len(mem) == 0:
