@@ -6,6 +6,7 @@ import pytest
 
 import flexamem as fm
 from flexamem.render.messages import messages_tokens
+from flexamem.write.units import step_text_tokens
 
 
 def observation(i: int, size: int = 8) -> str:
@@ -43,7 +44,8 @@ def test_window_is_longest_newest_run_within_a_quarter() -> None:
     sizes = [agent.unit_tokens(u) for u in units]
     assert sum(sizes[first:]) <= 8000 // 4
     assert first == 0 or sum(sizes[first - 1 :]) > 8000 // 4
-    assert all(sum(agent._raw_tokens[i] for i in u) <= 1000 for u in units)
+    steps = agent.steps
+    assert all(sum(step_text_tokens(steps[i], agent.counter) for i in u) <= 1000 for u in units)
 
 
 def test_session_survives_a_restart(tmp_path: Path) -> None:

@@ -81,6 +81,18 @@ class AgentContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One step as its session holds it: the step, its chat messages (shown while it is in the recent
+    window), and what is counted of it once, when it is recorded."""
+
+    step: Step
+    messages: list[Message]
+    raw_tokens: int  # the step's text as a unit holds it (both blocks and their separators)
+    msg_tokens: int  # its messages, as the chat API counts them
+    command: str | None  # its command (write.units.command_text), or None
+
+
 class AgentSession:
     """A persistent agent episode: its own history of the store, under the memory's history (tenant).
 
@@ -121,14 +133,15 @@ class AgentSession:
         if pending and not core.store.read_only:  # units of steps stored before a crash
             core.write(pending, retry=False)
 
+    @property
+    def steps(self) -> list[Step]:
+        """The session's steps, in order (a copy)."""
+        return [r.step for r in self._recorded]
+
     def _load_steps(self) -> None:
         """Read the session's steps (again, after an erasure rewrote some): everything kept of them."""
-        self.steps: list[Step] = []
-        self._messages: list[list[Message]] = []
-        self._raw_tokens: list[int] = []
-        self._msg_tokens: list[int] = []
+        self._recorded: list[Recorded] = []  # every step as this session holds it, in order (one list)
         self._step_ids: dict[str, int] = {}
-        self._commands: list[str | None] = []  # each step's command (write.units.command_text), or None
         self._trace_lines: dict[int, tuple[str, int, str, int]] = {}  # step index -> its trace forms
         self._last: tuple[tuple[Any, ...], AgentContext] | None = None  # the last context and what it was of
         self._newest_vector: tuple[str, np.ndarray] | None = None  # the query vector, until the newest unit changes
@@ -154,11 +167,13 @@ class AgentSession:
         transaction with the erasure's chain row (see :meth:`flexamem.Memory.erase`). ``marker``: the
         step shows as ``(erased)``. A step this session does not hold: :class:`NotFoundError`."""
         self._alive()
-        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self.steps):
-            raise NotFoundError(f"agent session {self.session_id!r} has no step {step!r} (it has {len(self.steps)})")
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self._recorded):
+            raise NotFoundError(
+                f"agent session {self.session_id!r} has no step {step!r} (it has {len(self._recorded)})"
+            )
         reason = clean_text(reason, "reason", allow_empty=True)
         shown = ERASED_MARK if marker else ""
-        old = self.steps[step - 1]
+        old = self._recorded[step - 1].step
         data = {
             "action": shown,
             "observation": "",
@@ -276,7 +291,7 @@ class AgentSession:
         step_id = clean_text(step_id, "step_id")
         number = self._step_ids.get(step_id)
         if number is not None:
-            stored = self.steps[number - 1]
+            stored = self._recorded[number - 1].step
             if (stored.action, stored.observation) != (clean_text(action, "action"), observation):
                 raise RequestConflictError(
                     f"step id {step_id!r} was already recorded with another action or observation"
@@ -289,7 +304,7 @@ class AgentSession:
         """Validate one step and build what is stored of it (nothing is stored here)."""
         action = clean_text(action, "action")
         observation = clean_text(observation, "observation", allow_empty=True)
-        step = Step(len(self.steps) + 1, action, observation, clean_field(actor, "actor", speaker=True))
+        step = Step(len(self._recorded) + 1, action, observation, clean_field(actor, "actor", speaker=True))
         msgs = (
             validate_messages(messages)
             if messages is not None
@@ -300,7 +315,7 @@ class AgentSession:
         )
         data = {"action": step.action, "observation": step.observation, "actor": step.actor, "messages": msgs}
         row = StepRow(
-            len(self.steps), clean_text(step_id, "step_id") if step_id is not None else None, json.dumps(data)
+            len(self._recorded), clean_text(step_id, "step_id") if step_id is not None else None, json.dumps(data)
         )
         return step, msgs, row
 
@@ -316,12 +331,8 @@ class AgentSession:
         try:
             yield row, self._left_drafts()
         except BaseException:
-            self.steps.pop()
-            self._commands.pop()
-            self._trace_lines.pop(len(self.steps), None)
-            self._messages.pop()
-            self._raw_tokens.pop()
-            self._msg_tokens.pop()
+            self._recorded.pop()
+            self._trace_lines.pop(len(self._recorded), None)
             raise
         if row.step_id is not None:
             self._step_ids[row.step_id] = step.number
@@ -333,23 +344,27 @@ class AgentSession:
         return await asyncio.to_thread(self.context, options, mode, order)
 
     def _remember(self, step: Step, msgs: list[Message]) -> None:
-        self.steps.append(step)
-        self._messages.append(msgs)
-        self._raw_tokens.append(step_text_tokens(step, self.counter))
-        self._msg_tokens.append(sum(message_tokens(m, self.counter) for m in msgs))
-        self._commands.append(command_text(step.action))
+        self._recorded.append(
+            Recorded(
+                step,
+                msgs,
+                step_text_tokens(step, self.counter),
+                sum(message_tokens(m, self.counter) for m in msgs),
+                command_text(step.action),
+            )
+        )
 
     def units(self) -> list[list[int]]:
         """Step indexes of each unit (packing is prefix-stable: only the newest unit still grows)."""
-        return pack_steps(self._raw_tokens, self.core.settings.agent_unit_tokens)
+        return pack_steps([r.raw_tokens for r in self._recorded], self.core.settings.agent_unit_tokens)
 
     def unit_tokens(self, unit: list[int]) -> int:
         """Tokens of the chat messages recorded by a unit's steps (counted once, when recorded)."""
-        return sum(self._msg_tokens[i] for i in unit)
+        return sum(self._recorded[i].msg_tokens for i in unit)
 
     def step_messages(self, steps: Iterable[int]) -> list[Message]:
         """The chat messages recorded by these steps (indexes into ``steps``), in the order given."""
-        return [m for i in steps for m in self._messages[i]]
+        return [m for i in steps for m in self._recorded[i].messages]
 
     def window(self, units: list[list[int]]) -> int:
         """Index of the first unit in the recent window (newest units within B/4, at least one)."""
@@ -367,14 +382,14 @@ class AgentSession:
         first = self.window(units)
         written = len(self.core.history)
         return [
-            agent_unit([self.steps[i] for i in units[k]], unit_id=f"u{k + 1}", session_id=self.session_id)
+            agent_unit([self._recorded[i].step for i in units[k]], unit_id=f"u{k + 1}", session_id=self.session_id)
             for k in range(written, first)
         ]
 
     @property
     def message_count(self) -> int:
         """Chat messages recorded by all steps so far (what a chat adapter has already handed over)."""
-        return sum(len(m) for m in self._messages)
+        return sum(len(r.messages) for r in self._recorded)
 
     # -- context ---------------------------------------------------------------------------------------
     def fixed_messages(self) -> list[Message]:
@@ -406,7 +421,7 @@ class AgentSession:
         self._alive()
         with self.core.lock:  # resolved against the notes as just caught up with
             positions = self.core.positions(order) if order is not None else None
-        key = (len(self.steps), len(self.core.history), mode, options, tuple(positions or ()), self.core.settings)
+        key = (len(self._recorded), len(self.core.history), mode, options, tuple(positions or ()), self.core.settings)
         if self._last is not None and self._last[0] == key:
             return self._last[1]
         with memory_span(
@@ -426,7 +441,9 @@ class AgentSession:
         if p >= ceiling:
             raise BudgetError(f"budget {self.budget} leaves no room: system and task take {p} of {ceiling} tokens")
         units = self.units()
-        history, history_tokens = self._chat_safe(self.step_messages(range(len(self.steps))), sum(self._msg_tokens))
+        history, history_tokens = self._chat_safe(
+            self.step_messages(range(len(self._recorded))), sum(r.msg_tokens for r in self._recorded)
+        )
         started = self._started
         if not started and p + history_tokens <= ceiling:
             return AgentContext(
@@ -454,7 +471,7 @@ class AgentSession:
             return self.cut_newest(fixed, ceiling, first)
         query = self.query(mode, positions)
         trace, trace_tokens, shown = "", 0, set[int]()
-        upto = units[first][0] if first < len(units) else len(self.steps)
+        upto = units[first][0] if first < len(units) else len(self._recorded)
         if mode == "auto" and options.commands and first > 0:
             if options.trace_unshown and query.shell and options.shell_units:
                 planned = self._raw_planned(query, allowance, reference, first, options)
@@ -498,7 +515,7 @@ class AgentSession:
         room = int(s.agent_trace_share * allowance) - self._trace_header_tokens
         chosen: list[list[Any]] = []  # [line shown, its tokens, the whole command, its tokens], newest first
         for i in range(upto - 1, -1, -1):
-            if self._commands[i] is None or i in skip:
+            if self._recorded[i].command is None or i in skip:
                 continue
             entry = self._trace_entry(i)
             if entry[1] + 1 > room:
@@ -518,9 +535,9 @@ class AgentSession:
         """Step ``i``'s trace forms and their tokens (first line, tokens, whole command, tokens); the
         step must have a command."""
         if i not in self._trace_lines:
-            whole, s = self._commands[i], self.core.settings
+            whole, s = self._recorded[i].command, self.core.settings
             assert whole is not None
-            head = f"step {self.steps[i].number}: "
+            head = f"step {self._recorded[i].step.number}: "
             short = self._cut_to(
                 head + fmt.body(first_line(whole) or ""),  # the command read once, when the step was recorded
                 min(TRACE_FIRST_LINE_TOKENS, s.agent_trace_line_tokens),
@@ -551,11 +568,11 @@ class AgentSession:
     def is_shell(self) -> bool:
         """Whether this is a shell agent's session: at least half of its steps ran a command line
         (:func:`flexamem.write.units.command_text`). ``auto`` then recovers whole units."""
-        return 2 * sum(c is not None for c in self._commands) >= len(self.steps) > 0
+        return 2 * sum(r.command is not None for r in self._recorded) >= len(self._recorded) > 0
 
     def newest_text(self) -> str:
         """The newest unit's raw text: with the task, what this call's memory is recovered against."""
-        return agent_unit([self.steps[i] for i in self.units()[-1]], unit_id="newest").raw
+        return agent_unit([self._recorded[i].step for i in self.units()[-1]], unit_id="newest").raw
 
     def query_vector(self, newest: str | None = None) -> np.ndarray:
         """The agent query's embedding (SPEC 4): task vector + newest unit's vector, normalised.
