@@ -533,9 +533,13 @@ class Memory:
         unit ids. The new turns are checked before anything is erased; the two writes are two
         transactions (an erasure that landed stays if the write then fails: write again)."""
         turns = list(turns)
-        self._drafts(turns, session_id, date)  # refused input erases nothing
+        self._check_session(turns, session_id, date)  # refused input erases nothing
         erasure = self.erase(turn=turn, reason=reason, marker=marker)
         return erasure, self.add_session(turns, session_id=session_id, date=date)
+
+    def _check_session(self, turns: Sequence[Mapping[str, Any] | Turn], session_id: Any, date: Any) -> None:
+        """Refuse a session :meth:`add_session` would refuse, writing nothing."""
+        self._drafts(turns, session_id, date)
 
     def write_settings(self) -> dict[str, Any]:
         """The settings this history is written with (``kappa``, unit sizes, links, record sizes, piece

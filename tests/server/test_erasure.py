@@ -93,3 +93,11 @@ def test_an_erasure_reaches_every_worker_and_no_other_tenant(server: Server, tmp
     again = fm.Memory(copy, history=history)
     assert again.verify() == [] and len(again.erasures()) == 2
     assert again.render("ferry", 4096).text == mem.render("ferry", 4096).text
+
+    erasure, units = mem.correct("t2", [{"speaker": "Ana", "text": "Day 2: the ferry left at 11."}])
+    assert erasure.ids == ("t2",) and len(units) == 1
+    text = mem.render("when did the ferry leave on day 2?", 4096).text
+    assert "left at 11" in text and "left at 10" not in text
+    with pytest.raises(fm.InvalidInputError):  # refused before anything is sent: nothing erased
+        mem.correct("t3", [{"speaker": "", "text": ""}])
+    assert len(mem.erasures()) == 3

@@ -15,7 +15,6 @@ rankings, records); answers come back as the library's own types (:class:`Render
 
 from __future__ import annotations
 
-import datetime
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -260,20 +259,8 @@ class RemoteMemory(Memory):
         body = {"turn": turn, "session": session, "reason": reason, "marker": marker}
         return self.http.run(Call("POST", self._base + "/erase", erasure_from_json, body))
 
-    def correct(
-        self,
-        turn: str,
-        turns: Iterable[Mapping[str, Any] | Turn],
-        *,
-        reason: str = "corrected",
-        session_id: str | None = None,
-        date: str | datetime.date | None = None,
-        marker: bool = False,
-    ) -> tuple[Erasure, list[str]]:
-        turns = list(turns)
-        _turns(turns)  # refused input erases nothing
-        erasure = self.erase(turn=turn, reason=reason, marker=marker)
-        return erasure, self.add_session(turns, session_id=session_id, date=date)
+    def _check_session(self, turns: Sequence[Mapping[str, Any] | Turn], session_id: Any, date: Any) -> None:
+        _turns(turns)  # as the server checks a session (refused before anything is sent)
 
     def erasures(self) -> list[Erasure]:
         read = lambda d: [erasure_from_json(e) for e in d]  # noqa: E731
