@@ -33,7 +33,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from flexamem.server.app import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from flexamem.server.settings import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 
 log = logging.getLogger("flexamem.server")
 

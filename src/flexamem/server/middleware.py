@@ -1,0 +1,71 @@
+"""What every request passes through: a body within ``max_body_bytes`` (413) that arrives in full within
+``body_timeout`` (408), the caller's trace continued, a bug answered as one JSON 500, and one JSON log
+line and the request metrics per request (no keys, no bodies)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+
+from flexamem.server.errors import GONE, error_response, internal_error
+from flexamem.server.metrics import Metrics
+from flexamem.server.settings import ServerConfig
+from flexamem.telemetry import remote_parent
+
+log = logging.getLogger("flexamem.server")
+TOO_LARGE = "request bodies are limited to {} bytes"
+
+
+def install_limits(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
+    """Bound every request's body, and log and count each request."""
+
+    async def answer(request: Request, call_next: Any) -> Any:
+        """The request's response, once its body is in whole (413, 408, or 499 for a client gone)."""
+        too_large = TOO_LARGE.format(config.max_body_bytes)
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
+            return error_response(413, "PayloadTooLarge", too_large)
+        try:
+            body = await asyncio.wait_for(request.body(), config.body_timeout)
+        except TimeoutError:  # a body slower than the limit, or shorter than its Content-Length
+            late = error_response(
+                408, "RequestTimeout", f"the request's body did not arrive in full within {config.body_timeout:g} s"
+            )
+            late.headers["Connection"] = "close"  # the rest of the body would be read as the next request
+            return late
+        except ClientDisconnect:  # the client went away before its body was in: nobody to answer
+            return Response(status_code=GONE)
+        if len(body) > config.max_body_bytes:
+            return error_response(413, "PayloadTooLarge", too_large)
+        try:
+            with remote_parent(request.headers):  # the caller's trace, when it sent one
+                return await call_next(request)
+        except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
+            return internal_error(request, exc)
+
+    @app.middleware("http")
+    async def limits_and_logs(request: Request, call_next: Any) -> Any:
+        start = time.perf_counter()
+        response = await answer(request, call_next)
+        seconds = time.perf_counter() - start
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+        metrics.request_seconds.labels(route).observe(seconds)
+        line = {
+            "method": request.method,
+            "path": request.url.path,
+            "status": response.status_code,
+            "ms": round(seconds * 1000, 1),
+            "tenant": getattr(request.state, "tenant", None),
+        }
+        if response.status_code == GONE:  # one line, never a traceback
+            line["error"] = "ClientDisconnect"
+        log.info(json.dumps(line))
+        return response

@@ -1,0 +1,66 @@
+"""What one server process serves, and its limits: ``ServerConfig`` and the defaults ``flexamem serve``,
+``app_from_env`` and ``server/protocol.py`` share (no framework imported here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
+DEFAULT_MAX_OPEN = 128  # histories kept open per worker
+DEFAULT_MAX_PENDING_WRITES = 2  # writes admitted at once per worker (docs/PERFORMANCE.md)
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds for a request's body to arrive in full (8 MiB at 280 KB/s)
+DEFAULT_KEEP_ALIVE = 5  # seconds an idle kept-alive connection stays open (uvicorn's default)
+DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a request's line and headers (server/protocol.py)
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's own bound on a head in pieces)
+DEFAULT_MAX_HEADERS = 100  # headers of a request (Apache's LimitRequestFields)
+DEFAULT_AUTH_BURST = 20  # failed authentications an address may make at once (per worker) ...
+DEFAULT_AUTH_RATE = 2.0  # ... and then a second
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What one server process serves."""
+
+    db: str
+    """SQLite file or ``postgresql://`` URL: the store every route reads and writes."""
+    keys: str
+    """The JSON file of tenants' key hashes (``flexamem serve --add-key TENANT`` writes it)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    """Larger request bodies get 413."""
+    max_open: int = DEFAULT_MAX_OPEN
+    """Histories a worker keeps open (least recently used closed first): bounds its memory."""
+    offload_writes: bool = True
+    """Embed writes in a lower-priority process (server/ingest.py), so renders keep the CPU."""
+    max_pending_writes: int = DEFAULT_MAX_PENDING_WRITES
+    """Writes a worker admits at once (being embedded or stored); one more is answered 503 with
+    ``Retry-After`` at once, storing nothing, so an acknowledged write waits for at most this many."""
+    write_wait: float | None = None
+    """Offloaded writes: seconds an admitted write waits for its vectors, per 4,000 characters embedded
+    (at least one such allowance); past it the write is answered 503 ``ServerBusyError`` with
+    ``Retry-After``, storing nothing, and its vectors, still being made, are kept for the retry
+    (server/ingest.py). None (the default): a write waits as long as its embedding takes. Not on by
+    default: under full render load the embedding process rarely meets 0.75 s, and clients that do not
+    retry then get no write stored at all (docs/PERFORMANCE.md)."""
+    records: Literal["rule", "llm"] = "rule"
+    """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
+    per tenant in ``/metrics``); ``rule``: the offline rule writer."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds a request's body may take to arrive in full once its headers are in; past it the request
+    is answered 408 (nothing stored) and its connection closed."""
+    auth_burst: int = DEFAULT_AUTH_BURST
+    """Failed authentications (a wrong key, a forged link) a client address may make at once, per worker;
+    then ``auth_rate`` a second. An address over it gets 429 with ``Retry-After`` for every request that
+    needs a key, good or bad, until it may try again. 0: no limit."""
+    auth_rate: float = DEFAULT_AUTH_RATE
+    """Failed authentications a second an address regains, per worker (see ``auth_burst``)."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    """Seconds a request's line and headers may take to arrive (from the connection, or the request's first
+    byte on a kept-alive one): an idle new connection is closed, a started head gets 408 (server/protocol.py;
+    ``flexamem serve`` only)."""
+    keep_alive: int = DEFAULT_KEEP_ALIVE
+    """Seconds a kept-alive connection may stay idle after an answer before it is closed (uvicorn)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """A request's line and headers over this many bytes get 431 (server/protocol.py; ``flexamem serve``)."""
+    max_headers: int = DEFAULT_MAX_HEADERS
+    """A request with more headers gets 431 (server/protocol.py; ``flexamem serve``)."""

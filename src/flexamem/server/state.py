@@ -1,0 +1,179 @@
+"""What the routes of one app share: the open histories (an LRU over one store), the key file, the
+metrics, the record writer, and the admission of writes. ``create_app`` makes one ``ServerState`` and
+hands it to each router, so two apps in one process share nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flexamem.agent import AgentSession
+from flexamem.errors import InvalidInputError, NotFoundError, ServerBusyError
+from flexamem.memory import Memory, open_store
+from flexamem.server.ingest import OffloadedEmbedder, writing
+from flexamem.server.keys import AuthThrottle, KeyFile
+from flexamem.server.metrics import Metrics, timed
+from flexamem.server.settings import DEFAULT_MAX_OPEN, ServerConfig
+from flexamem.write.embed import Embedder
+from flexamem.write.records import RecordWriter
+
+
+class Memories:
+    """One store, and the ``Memory`` of each (tenant, history) a request used, kept open for the next
+    request: at most ``max_open`` of them, the least recently used dropped first (it is only a cache of
+    the store: reopening reads the history back)."""
+
+    def __init__(
+        self,
+        db: str,
+        max_open: int = DEFAULT_MAX_OPEN,
+        embedder: Embedder | None = None,
+        writer: RecordWriter | None = None,
+    ) -> None:
+        if max_open < 1:
+            raise InvalidInputError("max_open must be at least 1")
+        self.store = open_store(db)
+        self.max_open = max_open
+        self.embedder = embedder
+        self.writer = writer
+        self._open: OrderedDict[str, Memory] = OrderedDict()
+        self._lock = threading.Lock()
+        self.evicted = 0
+
+    def get(self, tenant: str, history: str) -> Memory:
+        hid = f"{tenant}/{history}"
+        with self._lock:
+            mem = self._open.get(hid)
+            if mem is not None:
+                self._open.move_to_end(hid)
+                return mem
+        mem = Memory(store=self.store, history=hid, embedder=self.embedder, writer=self.writer)  # outside the lock
+        with self._lock:
+            mem = self._open.setdefault(hid, mem)  # a racing request may have opened it first
+            self._open.move_to_end(hid)
+            while len(self._open) > self.max_open:
+                self._open.popitem(last=False)
+                self.evicted += 1
+            return mem
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def existing(self, tenant: str, history: str) -> Memory:
+        """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
+        hid = f"{tenant}/{history}"
+        if self.store.history_kind(hid) is None and not self.store.sessions(hid):
+            raise NotFoundError(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
+        return self.get(tenant, history)
+
+    def histories(self, tenant: str) -> list[dict[str, Any]]:
+        prefix = f"{tenant}/"
+        return [
+            {"history": h[len(prefix) :], "kind": kind, "notes": self.store.note_count(h)}
+            for h, kind in self.store.histories()
+            if h.startswith(prefix)
+        ]
+
+    def forget(self, tenant: str, history: str) -> None:
+        with self._lock:
+            self._open.pop(f"{tenant}/{history}", None)
+
+
+@dataclass
+class ServerState:
+    """One app's shared state (``ServerState.open(config)``), and what several routes do with it."""
+
+    config: ServerConfig
+    keys: KeyFile
+    throttle: AuthThrottle
+    memories: Memories
+    metrics: Metrics
+    writer: RecordWriter | None = None
+    """The record writer (``records='llm'``), or None for the store's own rule writer."""
+    offloaded: OffloadedEmbedder | None = None
+    """The embedding process of writes (``offload_writes``), warmed and closed with the app."""
+    pending: threading.BoundedSemaphore = field(init=False)
+    """One permit per write admitted at once (``max_pending_writes``)."""
+
+    def __post_init__(self) -> None:
+        self.pending = threading.BoundedSemaphore(self.config.max_pending_writes)
+
+    @classmethod
+    def open(cls, config: ServerConfig) -> ServerState:
+        """The state serving ``config.db`` to the tenants of ``config.keys`` (checked first)."""
+        keys = KeyFile(config.keys)
+        throttle = AuthThrottle(config.auth_burst, config.auth_rate)
+        if config.body_timeout <= 0:
+            raise InvalidInputError("body_timeout must be more than 0 seconds")
+        writer = None
+        if config.records == "llm":
+            from flexamem.llm.config import load_config
+            from flexamem.write.llm_writer import LLMWriter
+
+            endpoint = load_config()
+            if endpoint is None:
+                raise InvalidInputError("records='llm' needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL")
+            writer = LLMWriter(endpoint.client())
+        offloaded = OffloadedEmbedder() if config.offload_writes else None
+        memories = Memories(config.db, config.max_open, offloaded, writer)
+        memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
+        return cls(config, keys, throttle, memories, Metrics(), writer, offloaded)
+
+    def opened(self, t: str, history: str, must_exist: bool = False) -> Memory:
+        """The tenant's history, kept open (``must_exist``: 404 when it holds nothing, as for a name another
+        tenant holds)."""
+        memories, metrics = self.memories, self.metrics
+        before = memories.evicted
+        mem = memories.existing(t, history) if must_exist else memories.get(t, history)
+        metrics.open.set(memories.open_count)
+        if memories.evicted > before:
+            metrics.evicted.inc(memories.evicted - before)
+        return mem
+
+    def session(self, t: str, history: str, sid: str) -> AgentSession:
+        """Agent session ``sid`` of the tenant's history (404 when either does not exist)."""
+        mem = self.opened(t, history, must_exist=True)
+        if sid not in mem.sessions():
+            raise NotFoundError(f"no agent session {sid!r} in history {history!r}")
+        return mem.agent(session_id=sid)
+
+    def count_llm_tokens(self, t: str, mem: Memory, units: list[str]) -> None:
+        """The model tokens the record writer spent on the notes this write stored (calls answered from
+        the cache cost none); read from the store's call log, so no worker counts another's."""
+        if self.writer is None or not units:
+            return
+        seqs = {mem.core.history.unit_ids[u] for u in units}
+        tokens = sum(  # one indexed read of this write's calls, not the history's whole call log
+            c.prompt_tokens + c.completion_tokens
+            for c in mem.store.llm_calls(mem.history_id, start=min(seqs))
+            if c.seq in seqs and not c.cached
+        )
+        if tokens:
+            self.metrics.llm_tokens.labels(t).inc(tokens)
+
+    @contextlib.contextmanager
+    def a_write(self) -> Iterator[None]:
+        """One write admitted (or refused at once with ``ServerBusyError``: no write waits unbounded),
+        timed, and bounded by ``write_wait``."""
+        metrics = self.metrics
+        if not self.pending.acquire(blocking=False):  # admitted or refused at once: no write waits unbounded
+            metrics.refused_writes.inc()
+            raise ServerBusyError(
+                f"this server has {self.config.max_pending_writes} writes in progress: nothing was stored, "
+                "send it again after Retry-After seconds"
+            )
+        metrics.backlog.inc()
+        try:
+            with timed(metrics.write_seconds), writing(self.config.write_wait):
+                yield
+        except ServerBusyError:  # its vectors were not back within its wait: nothing stored
+            metrics.refused_writes.inc()
+            raise
+        finally:
+            metrics.backlog.dec()
+            self.pending.release()
