@@ -42,6 +42,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {  # a valid body for every rout
     ("POST", "/v1/histories/{history}/agents/{session_id}/steps"): {"action": "look", "observation": "o"},
     ("POST", "/v1/histories/{history}/inspect-link"): {"query": "PIN"},
     ("POST", "/v1/histories/{history}/verify"): {"heads": []},  # checked against kept heads (when the route exists)
+    ("POST", "/v1/histories/{history}/erase"): {"turn": "u1#0", "reason": "asked"},
 }
 QUERIES = {"/inspect/{history}": "?query=PIN"}
 CREATING = {  # the routes that create the caller's own history of that name: 200 for a name not yet its own

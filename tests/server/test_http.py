@@ -37,7 +37,7 @@ def test_sessions_messages_render_notes_and_drop(server: Server) -> None:
         notes = c.get("/v1/histories/ana/notes").json()
         assert [n["unit_id"] for n in notes] == ["trip", "shop"]
         full = c.get("/v1/histories/ana/notes/u2").json()
-        assert "[tool call c1] get_order" in full["raw"] and full["pieces"] and full["digest"].startswith("v2:")
+        assert "[tool call c1] get_order" in full["raw"] and full["pieces"] and full["digest"].startswith("v3:")
         assert {"history": "ana", "kind": "conversation", "notes": 2} in c.get("/v1/histories").json()
         assert c.delete("/v1/histories/ana").json() == {"history": "ana", "dropped": True}
         assert c.get("/v1/histories/ana/notes").status_code == 404
