@@ -22,6 +22,7 @@ from flexamem.memory import Memory, check_file_path, import_history
 from flexamem.names import session_history
 from flexamem.notes import Note, note_json
 from flexamem.profiles import ALIASES, PROFILES
+from flexamem.profiles import profile as named_profile
 from flexamem.render.renderer import MODES
 from flexamem.render.result import rendering_json
 from flexamem.store import transfer
@@ -405,6 +406,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
         limit["write_wait"] = args.write_wait or None
     limit["records"] = args.records
+    if args.profile is not None:
+        limit["profile"] = named_profile(args.profile).name  # refused here, before the workers start
     for name in ("body_timeout", "header_timeout", "keep_alive", "max_header_bytes", "max_headers", "auth_rate"):
         value = getattr(args, name)
         if value is not None:
@@ -572,6 +575,7 @@ def add_store_commands(sub: Any) -> None:
         help="failed authentications a client address may make at once, per worker; then 429 (20; 0: no limit)",
     )
     p.add_argument("--auth-rate", type=float, help="failed authentications a second an address regains, per worker (2)")
+    p.add_argument("--profile", help="the profile histories are rendered with unless a request names one (auto)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes, erase)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")

@@ -329,7 +329,7 @@ class RemoteMemory(Memory):
             body["profile"] = self.profile.name
 
         def empty() -> Rendering:  # a history that holds nothing yet: an empty memory, as a local one renders
-            return Rendering(text="", tokens=0, allowance=allowance, mode=mode)
+            return Rendering(text="", tokens=0, allowance=allowance, mode=mode, profile=self.profile.name)
 
         # a 404 is the history's when the order names no unit (else maybe a unit's: raised, as locally)
         return Call("POST", self._base + "/render", rendering_from_json, body, missing=None if order else empty)

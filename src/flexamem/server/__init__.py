@@ -38,6 +38,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
     os.environ["FLEXAMEM_MAX_PENDING_WRITES"] = str(config.max_pending_writes)
     os.environ["FLEXAMEM_WRITE_WAIT"] = "" if config.write_wait is None else str(config.write_wait)
     os.environ["FLEXAMEM_RECORDS"] = config.records
+    os.environ["FLEXAMEM_PROFILE"] = config.profile or ""
     os.environ["FLEXAMEM_BODY_TIMEOUT"] = str(config.body_timeout)
     os.environ["FLEXAMEM_AUTH_BURST"], os.environ["FLEXAMEM_AUTH_RATE"] = str(config.auth_burst), str(config.auth_rate)
     os.environ["FLEXAMEM_HEADER_TIMEOUT"] = str(config.header_timeout)  # read by server/protocol.py in each worker

@@ -158,6 +158,7 @@ def app_from_env() -> FastAPI:
             max_pending_writes=int(os.environ.get("FLEXAMEM_MAX_PENDING_WRITES", DEFAULT_MAX_PENDING_WRITES)),
             write_wait=float(wait) if wait else None,
             records=records,  # type: ignore[arg-type]
+            profile=os.environ.get("FLEXAMEM_PROFILE") or None,
             body_timeout=float(os.environ.get("FLEXAMEM_BODY_TIMEOUT") or DEFAULT_BODY_TIMEOUT),
             auth_burst=int(os.environ.get("FLEXAMEM_AUTH_BURST") or DEFAULT_AUTH_BURST),
             auth_rate=float(os.environ.get("FLEXAMEM_AUTH_RATE") or DEFAULT_AUTH_RATE),

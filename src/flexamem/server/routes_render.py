@@ -27,7 +27,7 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
     @router.post("/v1/histories/{history}/render", response_model=RenderOut, responses=answers(400, 404, 413, 422))
     def render(body: RenderIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """The memory for one query within the budget (no model call)."""
-        mem = s.memories.existing(t, history)
+        mem = s.memories.existing(t, history, body.profile)
         s.metrics.open.set(s.memories.open_count)
         with timed(s.metrics.render_seconds):
             r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt, order=body.order)

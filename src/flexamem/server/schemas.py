@@ -61,9 +61,12 @@ class RenderIn(Strict):
     budget: int = Field(
         ge=1, le=MAX_BUDGET, strict=True, description="tokens of the whole context (memory gets 0.95 x budget)"
     )
-    mode: Mode = "auto"
+    mode: Mode | None = Field(default=None, description="default: the profile's (auto)")
     prompt: str = ""
     order: list[str] | None = Field(default=None, description="unit ids or labels, most relevant first (units)")
+    profile: str | None = Field(
+        default=None, max_length=100, description="a named profile (flexamem.profiles); default: the server's"
+    )
 
 
 class SearchIn(Strict):
@@ -98,6 +101,8 @@ class RenderOut(BaseModel):
     shown: list[Shown]
     merges_written: int = 0
     timeline_spans: list[tuple[int, int, int]] = []
+    profile: str | None = None
+    overrides: dict[str, Any] = {}
 
 
 class HistoryOut(BaseModel):

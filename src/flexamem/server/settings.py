@@ -42,6 +42,9 @@ class ServerConfig:
     (server/ingest.py). None (the default): a write waits as long as its embedding takes. Not on by
     default: under full render load the embedding process rarely meets 0.75 s, and clients that do not
     retry then get no write stored at all (docs/PERFORMANCE.md)."""
+    profile: str | None = None
+    """The profile (flexamem.profiles) every history is rendered with unless a request names another;
+    None: the default (``auto``)."""
     records: Literal["rule", "llm"] = "rule"
     """``llm``: records written by the model configured with ``FLEXAMEM_LLM_*`` (its tokens are counted
     per tenant in ``/metrics``); ``rule``: the offline rule writer."""

@@ -14,6 +14,8 @@ from typing import Any
 from flexamem.agent import AgentSession
 from flexamem.errors import InvalidInputError, NotFoundError, ServerBusyError
 from flexamem.memory import Memory, open_store
+from flexamem.profiles import DEFAULT
+from flexamem.profiles import profile as named_profile
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import AuthThrottle, KeyFile
 from flexamem.server.metrics import Metrics, timed
@@ -33,9 +35,11 @@ class Memories:
         max_open: int = DEFAULT_MAX_OPEN,
         embedder: Embedder | None = None,
         writer: RecordWriter | None = None,
+        profile: str | None = None,
     ) -> None:
         if max_open < 1:
             raise InvalidInputError("max_open must be at least 1")
+        self.profile = named_profile(DEFAULT if profile is None else profile).name
         self.store = open_store(db)
         self.max_open = max_open
         self.embedder = embedder
@@ -44,17 +48,20 @@ class Memories:
         self._lock = threading.Lock()
         self.evicted = 0
 
-    def get(self, tenant: str, history: str) -> Memory:
+    def get(self, tenant: str, history: str, profile: str | None = None) -> Memory:
+        """The tenant's history rendered with ``profile`` (None: the server's), opened once per profile."""
         hid = f"{tenant}/{history}"
+        name = self.profile if profile is None else named_profile(profile).name
+        key = hid if name == self.profile else f"{hid}#{name}"
         with self._lock:
-            mem = self._open.get(hid)
+            mem = self._open.get(key)
             if mem is not None:
-                self._open.move_to_end(hid)
+                self._open.move_to_end(key)
                 return mem
-        mem = Memory(store=self.store, history=hid, embedder=self.embedder, writer=self.writer)  # outside the lock
-        with self._lock:
-            mem = self._open.setdefault(hid, mem)  # a racing request may have opened it first
-            self._open.move_to_end(hid)
+        mem = Memory(store=self.store, history=hid, embedder=self.embedder, writer=self.writer, profile=name)
+        with self._lock:  # opened outside the lock
+            mem = self._open.setdefault(key, mem)  # a racing request may have opened it first
+            self._open.move_to_end(key)
             while len(self._open) > self.max_open:
                 self._open.popitem(last=False)
                 self.evicted += 1
@@ -64,12 +71,12 @@ class Memories:
     def open_count(self) -> int:
         return len(self._open)
 
-    def existing(self, tenant: str, history: str) -> Memory:
+    def existing(self, tenant: str, history: str, profile: str | None = None) -> Memory:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
         hid = f"{tenant}/{history}"
         if self.store.history_kind(hid) is None and not self.store.sessions(hid):
             raise NotFoundError(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
-        return self.get(tenant, history)
+        return self.get(tenant, history, profile)
 
     def histories(self, tenant: str) -> list[dict[str, Any]]:
         prefix = f"{tenant}/"
@@ -80,8 +87,10 @@ class Memories:
         ]
 
     def forget(self, tenant: str, history: str) -> None:
+        hid = f"{tenant}/{history}"
         with self._lock:
-            self._open.pop(f"{tenant}/{history}", None)
+            for key in [k for k in self._open if k == hid or k.startswith(hid + "#")]:
+                del self._open[key]
 
 
 @dataclass
@@ -120,7 +129,7 @@ class ServerState:
                 raise InvalidInputError("records='llm' needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL")
             writer = LLMWriter(endpoint.client())
         offloaded = OffloadedEmbedder() if config.offload_writes else None
-        memories = Memories(config.db, config.max_open, offloaded, writer)
+        memories = Memories(config.db, config.max_open, offloaded, writer, config.profile)
         memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
         return cls(config, keys, throttle, memories, Metrics(), writer, offloaded)
 
