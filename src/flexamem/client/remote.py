@@ -262,6 +262,9 @@ class RemoteMemory(Memory):
     def _check_session(self, turns: Sequence[Mapping[str, Any] | Turn], session_id: Any, date: Any) -> None:
         _turns(turns)  # as the server checks a session (refused before anything is sent)
 
+    def write_settings(self) -> dict[str, Any]:
+        raise self._local_only("write_settings (flexamem histories on the server's store shows them)")
+
     def erasures(self) -> list[Erasure]:
         read = lambda d: [erasure_from_json(e) for e in d]  # noqa: E731
         return self.http.run(Call("GET", self._base + "/erasures", read, missing=list))
