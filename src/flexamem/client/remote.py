@@ -35,10 +35,11 @@ from flexamem.profiles import profile as named_profile
 from flexamem.render.renderer import RenderOptions
 from flexamem.render.result import Hit, Rendering, rendering_from_json
 from flexamem.store.base import Erasure, Store
-from flexamem.text import clean_text
+from flexamem.text import clean_field, clean_text
 from flexamem.tokens import TokenCounter, counter
 from flexamem.write.embed import Embedder
 from flexamem.write.records import Progress, RecordWriter
+from flexamem.write.units import parse_turns
 
 T = TypeVar("T")
 NOTES_PAGE = 500  # notes per request when all of them are read
@@ -260,7 +261,11 @@ class RemoteMemory(Memory):
         return self.http.run(Call("POST", self._base + "/erase", erasure_from_json, body))
 
     def _check_session(self, turns: Sequence[Mapping[str, Any] | Turn], session_id: Any, date: Any) -> None:
-        _turns(turns)  # as the server checks a session (refused before anything is sent)
+        """Refuse here what the server would refuse of the session, before anything is sent."""
+        parse_turns(_turns(turns))
+        for name, value in (("session_id", session_id), ("date", _date(date))):
+            if value is not None:
+                clean_field(value, name)
 
     def write_settings(self) -> dict[str, Any]:
         raise self._local_only("write_settings (flexamem histories on the server's store shows them)")
