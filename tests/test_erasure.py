@@ -363,7 +363,7 @@ def test_an_emptied_unit_draft_and_record_name_no_turn() -> None:
     assert Record("", Fields(), "erasure").text == ""
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason="no PostgreSQL test server")
+@NO_POSTGRES
 def test_postgres_scrub_leaves_no_erased_bytes_in_the_table_files() -> None:
     """After an erasure and ``scrub()`` (VACUUM FULL), the erased string is in no file of the database's
     tables; WAL segments keep it until recycled (docs/RELIABILITY.md says what an operator does)."""

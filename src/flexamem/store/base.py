@@ -142,14 +142,10 @@ class Store(Protocol):
         ...
 
     def history_state(self, history: str) -> tuple[str | None, int, int]:
-        """``(epoch, note count, erasure count)``: :meth:`history_head` and how many erasures the
-        history holds (a view that read fewer loads the history again), in one read."""
-        ...
-
-    def history_head(self, history: str) -> tuple[str | None, int]:
-        """``(epoch, note count)`` of a history, ``(None, 0)`` when the store has none: one indexed read,
-        made before every render. The epoch is a random id given when the history row is created (``""``
-        for rows older than epochs), so a view that read another epoch knows the history was dropped."""
+        """``(epoch, note count, erasure count)`` of a history, ``(None, 0, 0)`` when the store has none:
+        one indexed read, made before every render. The epoch is a random id given when the history row
+        is created (``""`` for rows older than epochs), so a view that read another epoch knows the
+        history was dropped; one that read fewer erasures reads the history again."""
         ...
 
     def drop_history(self, history: str, *, parent: str | None = None) -> bool:

@@ -260,14 +260,6 @@ class SQLStore:
         )
         return [str(r[0]) for r in rows]
 
-    def history_head(self, history: str) -> tuple[str | None, int]:
-        rows = self._read(
-            "SELECT COALESCE(epoch, ''), (SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?)"
-            " FROM histories WHERE id = ?",
-            (history, history),
-        )
-        return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
-
     def history_state(self, history: str) -> tuple[str | None, int, int]:
         rows = self._read(
             "SELECT COALESCE(epoch, ''), (SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?),"
