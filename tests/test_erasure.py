@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -389,3 +390,31 @@ def test_postgres_scrub_leaves_no_erased_bytes_in_the_table_files() -> None:
     mem.store.scrub()
     assert found() == []
     assert mem.verify() == []
+
+
+def erase_at(mem: fm.Memory, turn: str, start: threading.Barrier, failures: list[Exception]) -> None:
+    start.wait()
+    try:
+        mem.erase(turn=turn)
+    except Exception as exc:
+        failures.append(exc)
+
+
+def test_erasures_racing_on_one_history_each_land_once(place: str) -> None:
+    """Two memories erase at once (PostgreSQL: two transactions that would take the same erasure number):
+    one waits for the other, both land, the chain verifies."""
+    history = "r" + uuid.uuid4().hex[:10]
+    written(fm.Memory(place, history=history))
+    first, second = fm.Memory(place, history=history), fm.Memory(place, history=history)
+    for a, b in (("t0-1", "t1-1"), ("t3-1", "t4-2")):
+        start, failures = threading.Barrier(2), []
+        pairs = ((first, a), (second, b))
+        threads = [threading.Thread(target=erase_at, args=(m, t, start, failures)) for m, t in pairs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+    done = fm.Memory(place, history=history)
+    assert sorted(i for e in done.erasures() for i in e.ids) == ["t0-1", "t1-1", "t3-1", "t4-2"]
+    assert [e.n for e in done.erasures()] == [0, 1, 2, 3] and done.verify() == []

@@ -285,6 +285,10 @@ class SQLStore:
         :meth:`_scrub` (the store's own clean-up)."""
         at = time.time()
         with self._write() as conn:
+            # one erasure of a history at a time, and no write beside it (PostgreSQL: writes hold the row
+            # FOR SHARE; SQLite's write lock serialises everything already)
+            if not self._run(conn, "SELECT id FROM histories WHERE id = ?" + self.LOCK_ROW, (history,)).fetchone():
+                raise HistoryDroppedError(f"history {history!r} was deleted after this view read it")
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, False, None, None)
             last = self._run(
