@@ -26,7 +26,7 @@ import numpy as np
 
 from flexamem import budget
 from flexamem.config import Settings, WriteSettingsWarning, with_write_settings, write_settings
-from flexamem.digests import body_digest, chain_problems
+from flexamem.digests import Head, body_digest, chain_problems
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
@@ -339,6 +339,45 @@ class HistoryCore:
         if isinstance(order, str | bytes) or not isinstance(order, Sequence):
             raise InvalidInputError("order must be a list of unit ids or labels")
         return [self.position(u) for u in order]
+
+    # -- the history's row, state and agent steps -------------------------------------------------------
+    # what an agent session reads and writes of the store besides notes: through here, so that nothing
+    # above the core names the store's calls or the history's id in them
+    @property
+    def read_only(self) -> bool:
+        """Whether the store refuses writes (renders still work)."""
+        return self.store.read_only
+
+    def kind(self) -> str | None:
+        """The stored history's kind (``"agent"`` for an agent session), or None: the store has none."""
+        return self.store.history_kind(self.history_id)
+
+    def create(self, kind: str, meta: dict[str, Any], *, parent: str | None = None) -> dict[str, Any]:
+        """Create the history's row with ``meta`` if it has none; returns its stored meta."""
+        return self.store.ensure_history(self.history_id, kind, meta, parent=parent)
+
+    def meta(self) -> dict[str, Any] | None:
+        """The stored history's meta (an agent session's task, system and budget), or None: no history
+        (never creates one)."""
+        found = self.store.history_meta(self.history_id)
+        return None if found is None else found[1]
+
+    def state(self, key: str) -> Any:
+        """The history's state under ``key`` (None when unset)."""
+        return self.store.get_state(self.history_id, key)
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Write the history's state under ``key``, checked against the epoch this view read."""
+        self.store.set_state(self.history_id, key, value, epoch=self.epoch)
+
+    def steps(self) -> list[StepRow]:
+        """The agent steps stored in this history, in order."""
+        return self.store.load_steps(self.history_id)
+
+    def head(self) -> Head | None:
+        """The history's head as its rows are now, or None: no such history."""
+        with self.lock:
+            return self.store.head(self.history_id)
 
     # -- writing ---------------------------------------------------------------------------------------
     def check_new(self, drafts: Sequence[UnitDraft]) -> None:
