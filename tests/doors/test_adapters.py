@@ -110,28 +110,23 @@ def test_openai_agents_sdk_session(opener: Opener) -> None:
 
 
 def test_langgraph_pre_model_hook(opener: Opener) -> None:
+    """The hook in a graph built with ``StateGraph`` (``create_react_agent``, which took ``pre_model_hook=``,
+    is deprecated since LangGraph 1.0; ``create_agent`` takes the LangChain middleware instead)."""
     pytest.importorskip("langgraph")
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    from langchain_core.messages import AIMessage
+    from langchain_core.messages import AIMessage, convert_to_openai_messages
     from langchain_core.tools import tool
-    from langgraph.prebuilt import create_react_agent
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
 
     from flexamem.adapters.langgraph import pre_model_hook
 
     seen: list[list] = []  # type: ignore[type-arg]
-
-    class FakeModel(GenericFakeChatModel):  # the package's own fake, able to be bound to tools
-        def bind_tools(self, tools, **kwargs):  # type: ignore[no-untyped-def]
-            return self
-
-        def _generate(self, messages, *args, **kwargs):  # type: ignore[no-untyped-def]
-            seen.append(list(messages))
-            return super()._generate(messages, *args, **kwargs)
-
     replies = []
     for i in range(24):
         replies.append(AIMessage(content="", tool_calls=[{"name": "get_item", "args": {"i": i}, "id": f"t{i}"}]))
     replies.append(AIMessage(content="All items shipped."))
+    model = GenericFakeChatModel(messages=iter(replies))  # the package's own fake chat model
 
     @tool
     def get_item(i: int) -> str:
@@ -139,15 +134,25 @@ def test_langgraph_pre_model_hook(opener: Opener) -> None:
         return ORDER_LINE.format(i=i)
 
     hook = pre_model_hook(opener(), budget=900, session_id="thread-1")
-    graph = create_react_agent(FakeModel(messages=iter(replies)), [get_item], pre_model_hook=hook)
-    state = graph.invoke({"messages": [{"role": "user", "content": "Track every item of #W4417"}]})
+
+    def call_model(state: MessagesState) -> dict:  # type: ignore[type-arg]
+        sent = hook(state)["llm_input_messages"]
+        seen.append(sent)
+        return {"messages": [model.invoke(sent)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", call_model)
+    builder.add_node("tools", ToolNode([get_item]))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", tools_condition)
+    builder.add_edge("tools", "model")
+    state = builder.compile().invoke({"messages": [{"role": "user", "content": "Track every item of #W4417"}]})
     assert state["messages"][-1].content == "All items shipped."
     assert len(state["messages"]) == 50  # the graph keeps every message
-    from langchain_core.messages import convert_to_openai_messages
-
     last = convert_to_openai_messages(seen[-1])
-    assert chat_problems(last) == [] and messages_tokens(last, fm.counter()) <= 2850
+    assert chat_problems(last) == [] and messages_tokens(last, fm.counter()) <= 855
     assert "Memory of earlier steps" in json.dumps(last)
+    assert opener().agent(session_id="thread-1").message_count == 48  # every step stored
 
 
 def test_mini_swe_agent_model_sees_flexamem_context(opener: Opener, tmp_path: Path) -> None:

@@ -1,8 +1,12 @@
 """A LangGraph pre-model hook: the model sees FlexA-Mem's context, the graph state keeps every message.
 
-    from langgraph.prebuilt import create_react_agent
-    agent = create_react_agent(model, tools, pre_model_hook=pre_model_hook(fm.Memory("g.db"), budget=8000,
-                                                                           session_id="thread-1"))
+    hook = pre_model_hook(fm.Memory("g.db"), budget=8000, session_id="thread-1")
+
+    def call_model(state: MessagesState) -> dict:          # the model node of a StateGraph
+        return {"messages": [model.invoke(hook(state)["llm_input_messages"])]}
+
+(``create_react_agent(..., pre_model_hook=hook)`` takes it as it is, but is deprecated since LangGraph
+1.0; for ``langchain.agents.create_agent`` use :class:`flexamem.adapters.langchain.FlexaMemMiddleware`.)
 
 Each call records the state's messages not seen yet (write-once) and returns them as
 ``llm_input_messages``: the task, one memory message, the recent window, always valid for the chat API
@@ -22,7 +26,7 @@ from flexamem.memory import Memory
 def pre_model_hook(
     mem: Memory, *, budget: int, session_id: str | None = None, mode: str = "auto"
 ) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-    """A ``pre_model_hook`` for ``create_react_agent`` (one agent session per hook)."""
+    """A pre-model hook: state in, ``{"llm_input_messages": ...}`` out (one agent session per hook)."""
     chat = ChatMemory(mem, budget, session_id=session_id, mode=mode)
 
     def hook(state: Mapping[str, Any]) -> dict[str, Any]:
