@@ -54,3 +54,13 @@ def test_model_backed_adapter_examples_with_the_local_model(tmp_path: Path) -> N
         env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "local", "FLEXAMEM_EXAMPLE_MODEL": "local"}
         assert "Which order number did I give you? ->" in run_block(chat, "python", tmp_path, env)
         run_block(agents, "python", tmp_path, env)
+
+
+@pytest.mark.slow
+def test_langchain_page(tmp_path: Path) -> None:
+    pytest.importorskip("langchain")
+    chain, agent = blocks("langchain.md", "python")
+    out = run_block(chain, "python", tmp_path)
+    assert "What is my booking reference? -> Your reference is CR-88412." in out
+    assert "['user: I prefer window seats.']" in out  # the retriever's first hit, verbatim
+    assert "in transit" in run_block(agent, "python", tmp_path)

@@ -4,6 +4,7 @@
 * :mod:`flexamem.adapters.openai_agents`: the OpenAI Agents SDK ``Session`` protocol.
 * :mod:`flexamem.adapters.langgraph`: a LangGraph pre-model hook.
 * :mod:`flexamem.adapters.miniswe`: a mini-swe-agent model wrapper.
+* :mod:`flexamem.adapters.langchain`: a LangChain chat history, retriever and agent middleware.
 
 Each framework is imported only by its own module.
 """
