@@ -64,3 +64,10 @@ def test_langchain_page(tmp_path: Path) -> None:
     assert "What is my booking reference? -> Your reference is CR-88412." in out
     assert "['user: I prefer window seats.']" in out  # the retriever's first hit, verbatim
     assert "in transit" in run_block(agent, "python", tmp_path)
+
+
+def test_pydantic_ai_page(tmp_path: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    (code,) = blocks("pydantic-ai.md", "python")
+    out = run_block(code, "python", tmp_path)
+    assert "the model got: ['system', 'user', 'assistant', 'tool']" in out and "It is in transit." in out

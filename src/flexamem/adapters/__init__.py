@@ -5,6 +5,7 @@
 * :mod:`flexamem.adapters.langgraph`: a LangGraph pre-model hook.
 * :mod:`flexamem.adapters.miniswe`: a mini-swe-agent model wrapper.
 * :mod:`flexamem.adapters.langchain`: a LangChain chat history, retriever and agent middleware.
+* :mod:`flexamem.adapters.pydantic_ai`: a Pydantic AI history processor (and capability).
 
 Each framework is imported only by its own module.
 """
