@@ -81,3 +81,10 @@ def test_autogen_page(tmp_path: Path) -> None:
     assert "MemoryQueryEvent -> [MemoryContent(content='[u1 · 2026-12-01 · raw]" in out
     assert "TextMessage -> Your reference is CR-88412." in out
     assert "['user: My booking reference is CR-88412.']" in out
+
+
+def test_llamaindex_page(tmp_path: Path) -> None:
+    pytest.importorskip("llama_index.core")
+    (code,) = blocks("llamaindex.md", "python")
+    out = run_block(code, "python", tmp_path)
+    assert out.startswith("<flexamem>\n[u1 · s1 · raw]\nuser: My booking reference is CR-88412.")

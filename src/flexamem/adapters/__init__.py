@@ -7,6 +7,7 @@
 * :mod:`flexamem.adapters.langchain`: a LangChain chat history, retriever and agent middleware.
 * :mod:`flexamem.adapters.pydantic_ai`: a Pydantic AI history processor (and capability).
 * :mod:`flexamem.adapters.autogen`: an AutoGen ``autogen_core.memory.Memory``.
+* :mod:`flexamem.adapters.llama_index`: a memory block for LlamaIndex's ``Memory``.
 
 Each framework is imported only by its own module.
 """
