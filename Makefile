@@ -46,6 +46,17 @@ test: lint llm-setup
 	FLEXAMEM_CHROMIUM=$$(bash scripts/setup_chromium.sh || true) \
 	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
 
+# the TypeScript client (clients/typescript, docs/doors/typescript.md): its locked dev dependencies (npm ci),
+# tsc, then node --test against real `flexamem serve` processes (SQLite, and a local PostgreSQL started as for pytest)
+.PHONY: ts-test
+test: ts-test
+ts-test: setup
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
+		|| { echo "make ts-test needs Node.js 20 or newer, with npm" >&2; exit 1; }
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build
+	cd clients/typescript && FLEXAMEM_PYTHON=$(abspath $(PY)) \
+		FLEXAMEM_TEST_POSTGRES=$${FLEXAMEM_TEST_POSTGRES:-$$(bash ../../scripts/start_postgres.sh)} npm test
+
 # the fault suite (docs/RELIABILITY.md): kill -9 of servers and embedding processes under load, a PostgreSQL
 # restart, a full disk (root: a small tmpfs), flipped bytes, tampered rows, a hostile HTTP client, forged render
 # structure, a cut or rewritten chain, stores of every past schema (every test marked faults); counts in faults.jsonl

@@ -8,6 +8,7 @@
 * :mod:`flexamem.adapters.pydantic_ai`: a Pydantic AI history processor (and capability).
 * :mod:`flexamem.adapters.autogen`: an AutoGen ``autogen_core.memory.Memory``.
 * :mod:`flexamem.adapters.llama_index`: a memory block for LlamaIndex's ``Memory``.
+* :mod:`flexamem.adapters.crewai`: a CrewAI crew ``Memory``.
 
 Each framework is imported only by its own module.
 """
