@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from flexamem.errors import InvalidInputError, LLMError
 from flexamem.llm.cache import ResponseCache, request_key
@@ -93,6 +93,9 @@ class RetryPolicy:
     max_retries: int = 4
     base_delay: float = 0.5
     max_delay: float = 20.0
+    time_limit: float | None = None
+    """Seconds from the first attempt after which no retry is started (None: ``max_retries`` alone
+    bounds them); the last wait is cut short to end at the limit, so a server back in time is used."""
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
@@ -100,13 +103,60 @@ class RetryPolicy:
         d = min(self.max_delay, self.base_delay * (2.0**attempt))
         return d / 2 + random.uniform(0, d / 2)
 
+    def next_wait(self, attempt: int, started: float, retry_after: float | None = None) -> float | None:
+        """The wait before the next try after attempt ``attempt`` (from 0) failed, or None when the
+        retries are spent (``max_retries`` made, or ``time_limit`` passed since ``started``, a
+        ``time.monotonic()``)."""
+        if attempt >= self.max_retries:
+            return None
+        wait = self.delay(attempt, retry_after)
+        if self.time_limit is not None:
+            left = started + self.time_limit - time.monotonic()
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        return wait
 
-class _Retry(Exception):
-    """A transient failure of one attempt."""
+
+class TransientError(Exception):
+    """A transient failure of one attempt (an answer worth asking again for: 429, 5xx, a malformed
+    body); ``retry_after``: the server's ``Retry-After`` in seconds, if it sent one."""
 
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+
+
+T = TypeVar("T")
+
+
+def retried(
+    attempt: Callable[[int], T],
+    policy: RetryPolicy,
+    connection_failed: Callable[[Exception], str],
+    give_up: Callable[[str, int], Exception],
+) -> T:
+    """``attempt(n)`` (n from 0) until it returns, under ``policy``: after a :class:`TransientError`
+    or an ``httpx.HTTPError`` (connection refused, timeouts, cut connections; ``connection_failed``
+    gives the reason, or raises to stop at once) it is tried again after the policy's wait; when the
+    retries are spent, ``give_up(last reason, attempts made)`` is raised. Any other error passes
+    through at once. One retry loop for every HTTP client of a model (chat and embeddings)."""
+    import httpx
+
+    started = time.monotonic()
+    n = 0
+    while True:
+        try:
+            return attempt(n)
+        except TransientError as exc:
+            reason, retry_after = str(exc), exc.retry_after
+        except httpx.HTTPError as exc:
+            reason, retry_after = connection_failed(exc), None
+        wait = policy.next_wait(n, started, retry_after)
+        if wait is None:
+            raise give_up(reason, n + 1)
+        time.sleep(wait)
+        n += 1
 
 
 class OpenAICompatible:
@@ -213,12 +263,12 @@ class OpenAICompatible:
         return Completion(text, self.model, hit[1], hit[2], cached=True, attempts=0, tool_calls=calls)
 
     def _parse(self, response: httpx.Response, payload: dict[str, Any], attempts: int) -> Completion:
-        """A completion from a 200 response; ``_Retry`` for retryable failures, ``LLMError`` otherwise."""
+        """A completion from a 200 response; ``TransientError`` for retryable failures, ``LLMError`` otherwise."""
         status = response.status_code
         if status in RETRY_STATUS or status >= 500:
-            raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("retry-after")))
+            raise TransientError(f"HTTP {status}", retry_after_seconds(response.headers.get("retry-after")))
         if status >= 400:
-            raise LLMError(f"{self.base_url} refused the request: HTTP {status}: {_short(response.text)}")
+            raise LLMError(f"{self.base_url} refused the request: HTTP {status}: {short_text(response.text)}")
         try:
             body = response.json()
             message = body["choices"][0]["message"]
@@ -228,7 +278,7 @@ class OpenAICompatible:
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _Retry(f"malformed response body ({exc}): {_short(response.text)}") from None
+            raise TransientError(f"malformed response body ({exc}): {short_text(response.text)}") from None
         calls: tuple[ToolCall, ...] = ()
         if "tools" in payload:
             names = {t["function"]["name"] for t in payload["tools"] if "function" in t}
@@ -278,30 +328,19 @@ class OpenAICompatible:
         return self._call(self._payload(messages, max_tokens, tools=tools))
 
     def _call(self, payload: dict[str, Any]) -> Completion:
-        import httpx
-
         key = request_key(payload)
         cached = self._from_cache(key, payload)
         if cached is not None:
             return cached
-        reason = ""
-        for attempt in range(self.retry.max_retries + 1):
-            try:
-                with self._slots:
-                    response = self._http().post(
-                        f"{self.base_url}/chat/completions", json=payload, headers=self._headers()
-                    )
-                result = self._parse(response, payload, attempt + 1)
-            except _Retry as exc:
-                reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
-            except httpx.HTTPError as exc:  # connection refused, timeouts, cut connections
-                reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
-            else:
-                self._store(key, result, payload)
-                return result
-            if attempt < self.retry.max_retries:
-                time.sleep(wait)
-        raise self._give_up(reason, self.retry.max_retries + 1)
+
+        def attempt(n: int) -> Completion:
+            with self._slots:
+                response = self._http().post(f"{self.base_url}/chat/completions", json=payload, headers=self._headers())
+            return self._parse(response, payload, n + 1)
+
+        result = retried(attempt, self.retry, self._connection_failed, self._give_up)
+        self._store(key, result, payload)
+        return result
 
     def _store(self, key: str, result: Completion, payload: dict[str, Any]) -> None:
         if self.cache is not None:
@@ -345,24 +384,26 @@ class OpenAICompatible:
         if cached is not None:
             return cached
         client, slots = self._async_http()
-        reason = ""
-        for attempt in range(self.retry.max_retries + 1):
+        started, attempt = time.monotonic(), 0
+        while True:  # :func:`retried`'s loop, awaiting
             try:
                 async with slots:
                     response = await client.post(
                         f"{self.base_url}/chat/completions", json=payload, headers=self._headers()
                     )
                 result = self._parse(response, payload, attempt + 1)
-            except _Retry as exc:
-                reason, wait = str(exc), self.retry.delay(attempt, exc.retry_after)
+            except TransientError as exc:
+                reason, retry_after = str(exc), exc.retry_after
             except httpx.HTTPError as exc:
-                reason, wait = self._connection_failed(exc), self.retry.delay(attempt)
+                reason, retry_after = self._connection_failed(exc), None
             else:
                 self._store(key, result, payload)
                 return result
-            if attempt < self.retry.max_retries:
-                await asyncio.sleep(wait)
-        raise self._give_up(reason, self.retry.max_retries + 1)
+            wait = self.retry.next_wait(attempt, started, retry_after)
+            if wait is None:
+                raise self._give_up(reason, attempt + 1)
+            await asyncio.sleep(wait)
+            attempt += 1
 
     async def aclose(self) -> None:
         """Close this event loop's connections (sync connections close with :meth:`close`)."""
@@ -431,14 +472,16 @@ def tool_calls_in_text(text: str, names: set[str]) -> list[ToolCall]:
     return calls
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds (None when absent or not a number)."""
     try:
         return float(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _short(text: str, limit: int = 200) -> str:
+def short_text(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (a server's error body in a message)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + " …"
 
