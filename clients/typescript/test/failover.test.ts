@@ -52,6 +52,15 @@ class Writer {
     return this;
   }
 
+  /** Resolves once `n` writes are acknowledged in all (counted, not timed: the machine may be busy). */
+  async reached(n: number, timeoutMs = 240_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.acked.length < n) {
+      if (this.stopped || Date.now() > deadline) throw new Error(`${this.acked.length} of ${n} writes acknowledged`);
+      await Promise.race([pause(50), this.done]);
+    }
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     await this.done;
@@ -77,11 +86,11 @@ test("a server killed with SIGKILL mid-loop and restarted loses and doubles noth
   const { server, key } = await startServer();
   const writer = new Writer(server.url, key, "loop").start();
   try {
-    await pause(5000);
-    await server.kill();
+    await writer.reached(8);
+    await server.kill(); // a write is in flight: the loop never waits between writes
     await pause(1000);
     await server.start();
-    await pause(5000);
+    await writer.reached(writer.acked.length + 8);
     await writer.stop();
     await writer.check(server.url, key);
   } finally {
@@ -96,9 +105,8 @@ test("answers lost on the way back are retried without storing twice", async () 
   const proxy = await losingProxy(server.port, 0.25);
   const writer = new Writer(proxy.url, key, "lossy").start();
   try {
-    await pause(6000);
+    for (let n = 8; proxy.lost() < 6; n += 4) await writer.reached(n);
     await writer.stop();
-    assert.ok(proxy.lost() > 5, `only ${proxy.lost()} answers lost`);
     await writer.check(server.url, key);
   } finally {
     writer.stopped = true;
@@ -120,9 +128,9 @@ test(
     );
     const writer = new Writer(servers.map((s) => s.url), key, "listed").start();
     try {
-      await pause(5000);
+      await writer.reached(8);
       await servers[0]!.kill();
-      await pause(5000);
+      await writer.reached(writer.acked.length + 8);
       await writer.stop();
       await writer.check(servers[1]!.url, key);
     } finally {
