@@ -102,7 +102,7 @@ export class Memory {
 
   // -- writing ---------------------------------------------------------------------------------------
   /** Write one session of turns; returns the new unit ids. */
-  addSession(turns: Turn[], options: WriteOptions = {}): Promise<string[]> {
+  async addSession(turns: Turn[], options: WriteOptions = {}): Promise<string[]> {
     const { sessionId = null, date = null, requestId, signal } = options;
     return this.http.run({
       route: "POST /v1/histories/{history}/sessions", path: this.h, headers: written(requestId), signal,
@@ -111,7 +111,7 @@ export class Memory {
   }
 
   /** Write an OpenAI-format chat history as one session; returns the new unit ids. */
-  addMessages(messages: ChatMessage[], options: WriteOptions = {}): Promise<string[]> {
+  async addMessages(messages: ChatMessage[], options: WriteOptions = {}): Promise<string[]> {
     const { sessionId = null, date = null, requestId, signal } = options;
     return this.http.run({
       route: "POST /v1/histories/{history}/messages", path: this.h, headers: written(requestId), signal,
@@ -130,7 +130,7 @@ export class Memory {
   }
 
   /** Delete this history and its agent sessions (false: there was nothing). */
-  drop(options: CallOptions = {}): Promise<boolean> {
+  async drop(options: CallOptions = {}): Promise<boolean> {
     return this.http.run({
       route: "DELETE /v1/histories/{history}", path: this.h, signal: options.signal,
       read: (a) => a.dropped, missing: () => false,
@@ -138,7 +138,7 @@ export class Memory {
   }
 
   /** Delete one agent session of this history (false: there was none). */
-  dropSession(sessionId: string, options: CallOptions = {}): Promise<boolean> {
+  async dropSession(sessionId: string, options: CallOptions = {}): Promise<boolean> {
     return this.http.run({
       route: "DELETE /v1/histories/{history}/agents/{session_id}", path: { ...this.h, session_id: sessionId },
       signal: options.signal, read: (a) => a.dropped, missing: () => false,
@@ -146,7 +146,7 @@ export class Memory {
   }
 
   /** Erase one turn or one session's words from every copy (the chain keeps that, and why). */
-  erase(what: { turn?: string; session?: string; reason?: string; marker?: boolean }, options: CallOptions = {}): Promise<Erasure> {
+  async erase(what: { turn?: string; session?: string; reason?: string; marker?: boolean }, options: CallOptions = {}): Promise<Erasure> {
     if ((what.turn === undefined) === (what.session === undefined)) {
       throw new InvalidInputError("erase takes one of turn or session");
     }
@@ -157,7 +157,7 @@ export class Memory {
     });
   }
 
-  erasures(options: CallOptions = {}): Promise<Erasure[]> {
+  async erasures(options: CallOptions = {}): Promise<Erasure[]> {
     return this.http.run({
       route: "GET /v1/histories/{history}/erasures", path: this.h, signal: options.signal, read: (a) => a, missing: () => [],
     });
@@ -166,7 +166,7 @@ export class Memory {
   // -- reading ---------------------------------------------------------------------------------------
   /** The memory for `query` within `budget` tokens. A history that holds nothing yet renders empty (its
    * `allowance` then is floor(0.95 * budget): the client counts no tokens of the query and prompt). */
-  render(
+  async render(
     query: string,
     budget: number,
     options: CallOptions & { mode?: Mode; prompt?: string; order?: string[] } = {},
@@ -185,7 +185,7 @@ export class Memory {
   }
 
   /** The turns a render ranks first for `query`, best first, no budget. */
-  search(query: string, options: CallOptions & { mode?: "auto" | "pieces"; limit?: number } = {}): Promise<Hit[]> {
+  async search(query: string, options: CallOptions & { mode?: "auto" | "pieces"; limit?: number } = {}): Promise<Hit[]> {
     const { mode = "auto", limit = 10, signal } = options;
     return this.http.run({
       route: "POST /v1/histories/{history}/search", path: this.h, signal,
@@ -211,7 +211,7 @@ export class Memory {
   }
 
   /** One note in full, by unit id or label (`u3`). */
-  note(unitId: string, options: CallOptions = {}): Promise<Note> {
+  async note(unitId: string, options: CallOptions = {}): Promise<Note> {
     return this.http.run({
       route: "GET /v1/histories/{history}/notes/{unit}", path: { ...this.h, unit: unitId }, signal: options.signal,
       read: (a) => a,
@@ -219,26 +219,26 @@ export class Memory {
   }
 
   /** How many notes the history holds (Python's `len(mem)`). */
-  count(options: CallOptions = {}): Promise<number> {
+  async count(options: CallOptions = {}): Promise<number> {
     return this.http.run({
       route: "GET /v1/histories/{history}", path: this.h, signal: options.signal, read: (a) => a.notes, missing: () => 0,
     });
   }
 
   /** The key's tenant's histories. */
-  histories(options: CallOptions = {}): Promise<HistoryInfo[]> {
+  async histories(options: CallOptions = {}): Promise<HistoryInfo[]> {
     return this.http.run({ route: "GET /v1/histories", path: {}, signal: options.signal, read: (a) => a });
   }
 
   /** This history's agent sessions. */
-  sessions(options: CallOptions = {}): Promise<string[]> {
+  async sessions(options: CallOptions = {}): Promise<string[]> {
     return this.http.run({
       route: "GET /v1/histories/{history}/agents", path: this.h, signal: options.signal, read: (a) => a, missing: () => [],
     });
   }
 
   /** [] unless a stored row changed after writing; with `heads` kept earlier, a rollback too. */
-  verify(options: CallOptions & { heads?: Head[] } = {}): Promise<string[]> {
+  async verify(options: CallOptions & { heads?: Head[] } = {}): Promise<string[]> {
     const { heads, signal } = options;
     if (heads === undefined) {
       return this.http.run({
@@ -252,12 +252,12 @@ export class Memory {
   }
 
   /** The history's head, signed by the server: keep it, and give it to verify() later. */
-  head(options: CallOptions = {}): Promise<Head> {
+  async head(options: CallOptions = {}): Promise<Head> {
     return this.http.run({ route: "GET /v1/histories/{history}/head", path: this.h, signal: options.signal, read: (a) => a });
   }
 
   /** The history and its agent sessions as checkable JSON Lines (`flexamem import` reads them). */
-  export(options: CallOptions = {}): Promise<string> {
+  async export(options: CallOptions = {}): Promise<string> {
     return this.http.run({
       route: "GET /v1/histories/{history}/export", path: this.h, signal: options.signal, text: true, read: (a) => a,
     });
@@ -324,7 +324,7 @@ export class AgentSession {
   }
 
   /** Record one step (an action and what came back); returns its number. */
-  step(
+  async step(
     action: string,
     observation = "",
     options: CallOptions & { actor?: string; messages?: ChatMessage[]; stepId?: string } = {},
@@ -342,7 +342,7 @@ export class AgentSession {
   }
 
   /** The next model call's context: system, task, one memory message, the recent window. */
-  context(options: CallOptions & { mode?: Mode } = {}): Promise<AgentContext> {
+  async context(options: CallOptions & { mode?: Mode } = {}): Promise<AgentContext> {
     const { mode = "auto", signal } = options;
     return this.memory.http.run({
       route: "GET /v1/histories/{history}/agents/{session_id}/context", path: this.path, query: { mode }, signal,
@@ -358,7 +358,7 @@ export class AgentSession {
   }
 
   /** Erase step `step`'s words (as `AgentSession.erase` in Python). */
-  erase(step: number, options: CallOptions & { reason?: string; marker?: boolean } = {}): Promise<Erasure> {
+  async erase(step: number, options: CallOptions & { reason?: string; marker?: boolean } = {}): Promise<Erasure> {
     const { reason = "", marker = true, signal } = options;
     return this.memory.http.run({
       route: "POST /v1/histories/{history}/erase", path: { history: this.memory.history }, signal,
@@ -367,7 +367,7 @@ export class AgentSession {
   }
 
   /** This session's head. */
-  head(options: CallOptions = {}): Promise<Head> {
+  async head(options: CallOptions = {}): Promise<Head> {
     return this.memory.http.run({
       route: "GET /v1/histories/{history}/agents/{session_id}/head", path: this.path, signal: options.signal, read: (a) => a,
     });

@@ -60,7 +60,7 @@ describe("a real server's errors", () => {
     assert.throws(() => new Memory("memory.db", { key: "k" }), fm.InvalidInputError);
     assert.throws(() => new Memory(server.url, { key: "k", retrySeconds: -1 }), /retrySeconds/);
     const mem = new Memory(server.url, { key, history: "errors" });
-    assert.throws(() => mem.addSession([{ speaker: "A", text: "x" }], { requestId: "x".repeat(201) }), /requestId/);
+    await assert.rejects(mem.addSession([{ speaker: "A", text: "x" }], { requestId: "x".repeat(201) }), /requestId/);
     await assert.rejects(mem.agent({ task: "t" }), /sessionId/);
   });
 
