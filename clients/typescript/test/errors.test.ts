@@ -87,6 +87,15 @@ describe("a real server's errors", () => {
     assert.equal(mem.retries, 1);
   });
 
+  test("a named profile is sent with every render; the server's otherwise", async () => {
+    const mem = new Memory(server.url, { key, history: "profiles", profile: "paper-units" });
+    await mem.addSession([{ speaker: "Ana", text: "the key is under the mat" }]);
+    const named = await mem.render("where is the key?", 200);
+    assert.deepEqual([named.profile, named.mode], ["paper-units-v1", "units"]);
+    const plain = await new Memory(server.url, { key, history: "profiles" }).render("where is the key?", 200);
+    assert.deepEqual([plain.profile, plain.mode], ["auto-v1", "auto"]);
+  });
+
   test("heads, verify against a kept head, export and erasures", async () => {
     const mem = new Memory(server.url, { key, history: "heads" });
     await mem.addSession([{ speaker: "Ana", text: "my card ends 4417", id: "t1" }]);
