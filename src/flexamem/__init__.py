@@ -8,6 +8,7 @@ from flexamem.errors import (
     BudgetError,
     ConcurrentWriteError,
     DuplicateUnitError,
+    EmbeddingEndpointError,
     FlexaMemError,
     HistoryDroppedError,
     InvalidInputError,
@@ -36,6 +37,7 @@ from flexamem.tokens import count, counter
 from flexamem.write.embed import Embedder, MiniLMEmbedder
 from flexamem.write.llm_writer import LLMWriter
 from flexamem.write.records import RecordWriter, RuleWriter
+from flexamem.write.remote_embed import EndpointEmbedder
 
 __version__ = "0.1.0"
 
@@ -48,6 +50,8 @@ __all__ = [
     "ClientSettings",
     "ConcurrentWriteError",
     "DuplicateUnitError",
+    "EmbeddingEndpointError",
+    "EndpointEmbedder",
     "Erasure",
     "FlexaMemError",
     "Head",

@@ -95,6 +95,12 @@ class ModelUnavailableError(FlexaMemError):
     """A local model (tokenizer or embedding weights) is not installed."""
 
 
+class EmbeddingEndpointError(ModelUnavailableError):
+    """An embeddings endpoint (``flexamem.write.remote_embed.EndpointEmbedder``) failed for good: retries
+    spent, a refused request, an answer that is not the protocol's, vectors of the wrong size, or
+    vectors that are not those of the model it was declared to serve. Nothing was written with them."""
+
+
 class BudgetError(InvalidInputError):
     """The budget leaves no room: the fixed prompt alone reaches the ceiling ``floor(0.95 * B)``."""
 

@@ -1,5 +1,5 @@
 """Command line: ``flexamem init|add|render|histories|notes|show|drop|erase|erasures|scrub|head|verify|export|import|
-backup|demo|ingest|eval|replay|flagged|usage|serve|mcp``.
+backup|demo|ingest|eval|replay|flagged|usage|serve|embed-serve|mcp``.
 
 Plain argparse (no extra dependency); every command works offline on the embedded default.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from flexamem.agent import AgentContext, AgentSession
 from flexamem.cli.demo import DEMO_AGENT_BUDGET, DEMO_AGENT_STEPS, DEMO_TASK
+from flexamem.cli.embeddings import add_embedding_commands
 from flexamem.cli.llm import (
     add_commands,
 )
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
     add_store_commands(sub)
     add_commands(sub)
+    add_embedding_commands(sub)
     add_bench_verbs(sub)
     return parser
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from flexamem.cli.embeddings import add_embedder_arguments, use_embedder_arguments
 from flexamem.client import RemoteMemory
 from flexamem.errors import InvalidInputError
 from flexamem.memory import Memory, check_file_path, import_history
@@ -388,6 +389,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"no API keys in {args.keys}: create one with flexamem serve --keys {args.keys} --add-key TENANT"
         )
     db = _db(args, must_exist=False)
+    use_embedder_arguments(args)  # the workers inherit it
     Memory(db).close()  # create or migrate the store once, before the workers start
     print(
         f"FlexA-Mem serving {db} on http://{args.host}:{args.port} ({args.workers} worker(s)); docs at /docs",
@@ -576,6 +578,7 @@ def add_store_commands(sub: Any) -> None:
     )
     p.add_argument("--auth-rate", type=float, help="failed authentications a second an address regains, per worker (2)")
     p.add_argument("--profile", help="the profile histories are rendered with unless a request names one (auto)")
+    add_embedder_arguments(p)
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("mcp", help="run an MCP server over stdio (tools: remember, recall, notes, erase)")
     p.add_argument("--db", help="SQLite file or postgresql:// URL (default: $FLEXAMEM_DB)")

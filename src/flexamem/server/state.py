@@ -20,6 +20,7 @@ from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import AuthThrottle, KeyFile
 from flexamem.server.metrics import Metrics, timed
 from flexamem.server.settings import DEFAULT_MAX_OPEN, ServerConfig
+from flexamem.write.default_embed import default_embedder, endpoint_chosen
 from flexamem.write.embed import Embedder
 from flexamem.write.records import RecordWriter
 
@@ -128,7 +129,9 @@ class ServerState:
             if endpoint is None:
                 raise InvalidInputError("records='llm' needs an endpoint: FLEXAMEM_LLM_BASE_URL and FLEXAMEM_LLM_MODEL")
             writer = LLMWriter(endpoint.client())
-        offloaded = OffloadedEmbedder() if config.offload_writes else None
+        if endpoint_chosen():  # an embeddings endpoint: the forward runs there, nothing to move off the worker
+            default_embedder()  # its configuration checked at start, not at the first request
+        offloaded = OffloadedEmbedder() if config.offload_writes and not endpoint_chosen() else None
         memories = Memories(config.db, config.max_open, offloaded, writer, config.profile)
         memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
         return cls(config, keys, throttle, memories, Metrics(), writer, offloaded)
