@@ -17,7 +17,8 @@ import flexamem as fm
 from tests.doors.test_langchain import FILLER
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = os.environ.get("FLEXAMEM_CREWAI_PYTHON") or str(ROOT / ".venv-crewai" / "bin" / "python")
+# relative to the checkout (make passes .venv-crewai/bin/python); not resolved: the venv's python is a symlink
+PYTHON = str(ROOT / (os.environ.get("FLEXAMEM_CREWAI_PYTHON") or ".venv-crewai/bin/python"))
 REQUIRED = os.environ.get("FLEXAMEM_REQUIRE_CREWAI") == "1"
 
 CREW = """
