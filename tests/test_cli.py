@@ -70,9 +70,9 @@ def test_ingest_with_a_model_then_flagged_and_usage(tmp_path: Path, capsys, monk
         monkeypatch.setenv("FLEXAMEM_LLM_API_KEY", "sk-do-not-print")
         monkeypatch.setenv("FLEXAMEM_LLM_CACHE", "off")
         server.faults.extend(["401"])  # the first unit's call is refused: rule-written and flagged
-        assert main(["ingest", "--data", str(data), "--db", str(db), "--writer", "llm"]) == 0
+        assert main(["ingest", "--data", str(data), "--db", str(db), "--writer", "llm", "--progress"]) == 0
     out = capsys.readouterr()
-    assert "conv-x: 3 notes" in out.out and "] 6/6" in out.err  # records written, then units stored
+    assert "conv-x: 3 notes" in out.out and "ingest: 3/3 sessions" in out.err  # records written, then units stored
     assert "sk-do-not-print" not in out.out + out.err and "api_key=<set>" in out.err
     assert main(["flagged", "--db", str(db)]) == 0
     flagged = capsys.readouterr().out.strip().splitlines()

@@ -8,13 +8,14 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flexamem import FlexaMemError, InvalidInputError, Memory
+from flexamem.cli.embeddings import add_embedder_arguments, use_embedder_arguments
 from flexamem.cli.llm import add_writer_arguments, required_model, writer_from_args
-from flexamem.cli.store import progress_bar
+from flexamem.cli.progress import Progress, progress_wanted
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem.tokens import counter
 from flexamem_bench.baselines.reader import BASELINE_METHODS
@@ -59,6 +60,9 @@ def baseline_model_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    """Each conversation into its own history (sessions already there are skipped: a rerun resumes); with
+    progress over the whole import (sessions, and the time left by the text embedded so far) on stderr
+    on a terminal or with ``--progress``."""
     from flexamem import Settings
     from flexamem_bench.conversation_data import load_locomo
 
@@ -67,25 +71,54 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if missing:
         known = ", ".join(c.sample_id for c in conversations[:8])
         raise InvalidInputError(f"no conversation {', '.join(missing)} in {args.data} (there: {known}...)")
+    use_embedder_arguments(args)
     settings = Settings(one_unit_per_session=True)
     writer = writer_from_args(args)
-    for conv in conversations:
-        if args.sample and conv.sample_id not in args.sample:
-            continue
+    chosen = [c for c in conversations if not args.sample or c.sample_id in args.sample]
+    plans = []  # (conversation, the sessions still to write, their characters)
+    for conv in chosen:
+        with Memory(args.db, history=conv.sample_id, settings=settings, writer=writer) as mem:
+            done = {n.session_id for n in mem.history.notes}
+        todo = [s for s in conv.sessions if s.session_id not in done]
+        plans.append((conv, todo, [sum(len(t["text"]) for t in s.turns) for s in todo]))
+    meter = None
+    if progress_wanted(args.quiet, args.progress):
+        total = sum(len(todo) for _, todo, _ in plans)
+        weight = sum(sum(chars) for _, _, chars in plans)
+        meter = Progress("ingest", total, weight, unit=f"sessions of {len(plans)} conversations")
+    items, chars_done = 0, 0
+    for conv, todo, chars in plans:
         with Memory(args.db, history=conv.sample_id, settings=settings, writer=writer) as mem:
             start = time.perf_counter()
-            done = {n.session_id for n in mem.history.notes}
-            todo = [
-                {"turns": s.turns, "session_id": s.session_id, "date": s.date}
-                for s in conv.sessions
-                if s.session_id not in done
-            ]
-            mem.add_sessions(todo, progress=progress_bar(conv.sample_id) if not args.quiet and todo else None)
+            sessions = [{"turns": s.turns, "session_id": s.session_id, "date": s.date} for s in todo]
+            if meter is not None and sessions:
+                meter.update(items, chars_done)
+            mem.add_sessions(sessions, progress=_stored(meter, items, chars_done, chars) if sessions else None)
+            items, chars_done = items + len(todo), chars_done + sum(chars)
+            if meter is not None:
+                meter.clear()
             print(
                 f"{conv.sample_id}: {len(mem)} notes, {mem.history.pieces_count} pieces "
-                f"({time.perf_counter() - start:.2f} s)"
+                f"({time.perf_counter() - start:.2f} s)",
+                flush=True,
             )
+    if meter is not None:
+        meter.update(items, chars_done)
     return 0
+
+
+def _stored(meter: Progress | None, items: int, chars_done: int, chars: list[int]) -> Callable[[int, int], None] | None:
+    """``add_sessions``' progress (records written, then units stored: one unit per session here) as the
+    import's: the sessions stored so far and their characters."""
+    if meter is None:
+        return None
+    total = len(chars)
+
+    def show(done: int, doubled: int) -> None:
+        stored = min(max(done - doubled // 2, 0), total)
+        meter.update(items + stored, chars_done + sum(chars[:stored]))
+
+    return show
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -190,7 +223,11 @@ def add_bench_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--db", required=True, help="SQLite file; one history per conversation")
     p.add_argument("--sample", action="append", help="only this sample id (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress")
+    p.add_argument(
+        "--progress", action="store_true", help="progress and the time left on stderr even when it is not a terminal"
+    )
     add_writer_arguments(p)
+    add_embedder_arguments(p)
     p.set_defaults(func=cmd_ingest)
     p = sub.add_parser(
         "eval",
