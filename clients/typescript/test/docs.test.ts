@@ -3,13 +3,14 @@
 // from a folder inside this package, so `import ... from "flexamem"` resolves to this package (Node's
 // self-reference through "exports") and `ai` to its node_modules.
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 import ts from "typescript";
-import { PACKAGE, ROOT, type ServerProcess, startServer } from "./servers.js";
+import { PACKAGE, PYTHON, ROOT, type ServerProcess, python, startServer } from "./servers.js";
 
 const RUN = join(PACKAGE, "dist", "examples");
 const run = promisify(execFile);
@@ -56,4 +57,44 @@ describe("examples", () => {
     assert.match(stdout, /turn 2 -> From memory: user: Please refund the hotel to my Visa ending 4417\./);
     assert.match(stdout, /notes in memory: 2/);
   });
+});
+
+/** Why the project's local llama.cpp model cannot run here (null when it can). */
+function noLocalModel(): string | false {
+  const why = python(["-c", "from flexamem.llm.local import local_server_available as a; print(a() or '')"]).trim();
+  if (!why) return false;
+  if (process.env.FLEXAMEM_REQUIRE_LOCAL_LLM === "1") throw new Error(`FLEXAMEM_REQUIRE_LOCAL_LLM=1 but ${why}`);
+  return why;
+}
+
+test("examples/ai-sdk/chat.mjs with a real model: the local llama.cpp server, through @ai-sdk/openai-compatible", { skip: noLocalModel() }, async () => {
+  const { server, key } = await startServer();
+  const code = [
+    "import sys",
+    "from flexamem.llm.local import LocalServer, local_model_path",
+    "with LocalServer(local_model_path(), threads=2) as s:",
+    "    print(s.base_url, flush=True)",
+    "    sys.stdin.read()",  // until this test closes stdin
+  ].join("\n");
+  const llm = spawn(PYTHON, ["-c", code], { stdio: ["pipe", "pipe", "inherit"] });
+  try {
+    const [line] = (await once(llm.stdout!, "data")) as [Buffer];
+    const env = {
+      ...process.env, FLEXAMEM_URL: server.url, FLEXAMEM_API_KEY: key, OPENAI_BASE_URL: line.toString().trim(),
+      FLEXAMEM_EXAMPLE_MODEL: "local", OPENAI_API_KEY: "local",
+    };
+    mkdirSync(RUN, { recursive: true });
+    copyFileSync(join(ROOT, "examples", "ai-sdk", "chat.mjs"), join(RUN, "chat.mjs"));
+    const { stdout } = await run(process.execPath, [join(RUN, "chat.mjs")], { env, cwd: RUN, timeout: 300_000 });
+    const [first, second] = [...stdout.matchAll(/^\[memory: (\d+) of \d+ tokens\]$/gm)].map((m) => Number(m[1]));
+    assert.equal(first, 0); // a new history: nothing to show yet
+    assert.ok(second! > 0, stdout); // the first turn, recorded, shown to the second call
+    assert.match(stdout, /^turn 1 -> .+/m);
+    assert.match(stdout, /^turn 2 -> .+/m); // the model's own words, streamed
+    assert.match(stdout, /notes in memory: 2/);
+  } finally {
+    llm.stdin!.end();
+    await once(llm, "exit");
+    await server.stop();
+  }
 });
