@@ -55,6 +55,8 @@ export class ReadOnlyStoreError extends StoreError {}
 export class ServerBusyError extends FlexaMemError {}
 /** A local model (tokenizer or embedding weights) is not installed on the server. */
 export class ModelUnavailableError extends FlexaMemError {}
+/** The server's embeddings endpoint failed for good: nothing was written with it. */
+export class EmbeddingEndpointError extends ModelUnavailableError {}
 /** A model call failed for good. */
 export class LLMError extends FlexaMemError {}
 /** The model answered, but not in the required form. */
@@ -70,7 +72,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
       FlexaMemError, InvalidInputError, NotFoundError, RequestConflictError, BudgetError, UnauthorizedError,
       ThrottledError, DuplicateUnitError, WriteOnceError, StoreError, StoreUnavailableError, StoreFullError,
       StoreCorruptError, ConcurrentWriteError, HistoryDroppedError, StoreClosedError, ReadOnlyStoreError,
-      ServerBusyError, ModelUnavailableError, LLMError, LLMOutputError,
+      ServerBusyError, ModelUnavailableError, EmbeddingEndpointError, LLMError, LLMOutputError,
     ].map((cls) => [cls.name, cls]),
   ),
 );
