@@ -16,10 +16,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # lowest first; a module's layer is the first prefix that names it
 LAYERS: list[tuple[str, ...]] = [
-    ("flexamem.errors", "flexamem.config", "flexamem.tokens", "flexamem.text", "flexamem.notes", "flexamem.budget",
-     "flexamem.chat", "flexamem.digests", "flexamem.names", "flexamem.telemetry", "flexamem.profiles"),
+    ("flexamem.errors", "flexamem.knobs", "flexamem.tokens", "flexamem.text", "flexamem.notes", "flexamem.budget",
+     "flexamem.chat", "flexamem.digests", "flexamem.names", "flexamem.telemetry"),
     ("flexamem.store", "flexamem.write", "flexamem.llm", "flexamem.recover", "flexamem.history",
-     "flexamem.render.format"),
+     "flexamem.render.format", "flexamem.config", "flexamem.profiles"),
     ("flexamem.render",),
     ("flexamem.core",),
     ("flexamem.memory", "flexamem.agent"),

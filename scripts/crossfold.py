@@ -20,7 +20,6 @@ is stored once (``--stores``, kept between runs) and rendered under each value.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import flexamem as fm
+from flexamem.config import knob_grids
 from flexamem.render.renderer import AUTO_ABLATIONS
 from flexamem_bench.datasets import QAHistory, locomo_histories, longmemeval_histories
 from flexamem_bench.folds import Choice, candidates, deal, narrowed, report, table
@@ -37,19 +37,8 @@ from flexamem_bench.methods import METHODS
 from flexamem_bench.reader import READER_PROMPT
 
 BUDGETS = {"locomo": (2048, 4096, 8192), "longmemeval": (4096, 8192, 16384, 32768)}
-GRID: dict[str, list[Any]] = {
-    "auto_alpha": [0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7],
-    "auto_alpha_spread": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
-    "auto_neighbour": [0.3, 0.5, 0.7],  # off: the variant auto-no-neighbours
-    "auto_neighbour_reach": [1, 2, 3, 5],
-    "auto_rho": [0.02, 0.05, 0.1],
-    "auto_long_turn": [0.15, 0.25, 0.35, 0.5, 1.0],
-    "auto_turn_vector": [0.0, 0.25, 0.5, 0.75, 1.0],
-    "auto_turn_length": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0],
-    "auto_turn_room": [0.03, 0.05, 0.1, 0.2],
-    "auto_session_vector": [0.0, 0.1, 0.2, 0.3, 0.5],
-    "auto_assistant_turns": [0.2, 0.4, 0.6, 0.8, 1.0],
-}
+# every readers' setting with a grid on its field (flexamem.knobs.knob): the signals' and auto_rho, auto_long_turn
+GRID: dict[str, list[Any]] = {name: list(values) for name, values in knob_grids().items() if name.startswith("auto_")}
 VARIANTS = tuple(AUTO_ABLATIONS)  # auto and each of its switches turned off, as the harness's methods
 
 Scores = dict[tuple[str, int], float]  # (item, budget) -> evidence_verbatim (or --measure)
@@ -96,7 +85,7 @@ def score_all(
             prompt = {q.item_id: ctx.mem.counter.count(READER_PROMPT) + ctx.mem.counter.count(q.question)
                       for q in h.questions}  # fmt: skip
             runs: list[tuple[str, fm.Settings, str]] = [(v, base, v) for v in variants]
-            runs += [(f"{s}={v}", dataclasses.replace(base, **{s: v}), "auto") for s, vs in grid.items() for v in vs]
+            runs += [(f"{s}={v}", base.with_values({s: v}), "auto") for s, vs in grid.items() for v in vs]
             for key, settings, method in runs:
                 ctx.mem.settings = settings
                 for q in h.questions:

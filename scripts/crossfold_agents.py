@@ -20,7 +20,6 @@ on every fold) and the out-of-fold figures side by side, as scripts/crossfold.py
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import flexamem as fm
+from flexamem.config import knob_grids
 from flexamem.tokens import counter
 from flexamem.write.default_embed import default_embedder
 from flexamem_bench.agent_harness import replay_method
@@ -46,13 +46,8 @@ FILES = (
     "tau2_bench/gpt-4.1_telecom_default_gpt-4.1_1trials.json",
     "tau2_bench/gpt-4.1_telecom_no-user_gpt-4.1_1trials.json",
 )
-GRID: dict[str, list[Any]] = {
-    "agent_auto_rho": [0.1, 0.15, 0.2, 0.25],
-    "agent_auto_identifiers": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0],
-    "agent_auto_code": [0.0, 0.5, 1.0, 2.0],
-    "agent_trace_share": [0.3, 0.4, 0.5],
-    "agent_auto_alpha": [0.5, 0.75, 1.0],
-}
+# every agent setting with a grid on its field (flexamem.knobs.knob): the agent's ranking's, agent_auto_rho, the trace
+GRID: dict[str, list[Any]] = {name: list(values) for name, values in knob_grids().items() if name.startswith("agent_")}
 # auto and each switch of a tool-call agent's auto turned off (auto-pieces concerns shell agents only;
 # the readers' dense weight is the agent_auto_alpha grid)
 VARIANTS = tuple(v for v in AGENT_AUTO_ABLATIONS if v not in ("auto-pieces", "auto-dense-half"))
@@ -66,7 +61,7 @@ def runs(grid: dict[str, list[Any]], variants: Sequence[str]) -> list[tuple[str,
     """Every rendering scored at each call: (key, options, settings)."""
     base = fm.Settings()
     out = [(v, AGENT_AUTO_ABLATIONS[v][0], AGENT_AUTO_ABLATIONS[v][1] or base) for v in variants]
-    out += [(f"{s}={v}", fm.RenderOptions(), dataclasses.replace(base, **{s: v})) for s, vs in grid.items() for v in vs]
+    out += [(f"{s}={v}", fm.RenderOptions(), base.with_values({s: v})) for s, vs in grid.items() for v in vs]
     return out
 
 

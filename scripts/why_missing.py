@@ -20,7 +20,6 @@ tokens) and how many sessions their evidence spans. Uses the stores ``scripts/cr
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rank = {t: i for i, t in enumerate(ranked) if t}
                 cut = max((rank.get(t, -1) for t in shown), default=-1)
                 base = mem.settings
-                mem.settings = dataclasses.replace(base, auto_neighbour=1e-9)  # neighbours off (must be > 0)
+                mem.settings = base.with_values(auto_neighbour=1e-9)  # neighbours off (must be > 0)
                 plain_rank = {t: i for i, h_ in enumerate(mem.search(q.question, limit=2000, query_vector=vector))
                               for t in [h_.turn_id] if t}  # fmt: skip
                 mem.settings = base

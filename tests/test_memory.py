@@ -90,16 +90,16 @@ def test_unknown_unit_and_settings_validation(mem: fm.Memory) -> None:
         fm.Settings(auto_turn_vector=1.5)
     with pytest.raises(fm.InvalidInputError, match="auto_turn_vector"):
         fm.Settings(auto_turn_vector=-0.1)
-    assert fm.Settings(auto_turn_vector=0.0).auto_turn_vector == 0.0  # the best piece alone, as before
+    assert fm.Settings(auto_turn_vector=0.0).value("auto_turn_vector") == 0.0  # the best piece alone, as before
     with pytest.raises(fm.InvalidInputError, match="auto_turn_length"):
         fm.Settings(auto_turn_length=-1.0)
-    assert fm.Settings(auto_turn_length=0.0).auto_turn_length == 0.0  # no discount, as before
+    assert fm.Settings(auto_turn_length=0.0).value("auto_turn_length") == 0.0  # no discount, as before
     with pytest.raises(fm.InvalidInputError, match="auto_turn_room"):
         fm.Settings(auto_turn_room=1.5)
     for bad in (1.5, -0.1):
         with pytest.raises(fm.InvalidInputError, match="auto_session_vector"):
             fm.Settings(auto_session_vector=bad)
-    assert fm.Settings().auto_session_vector == 0.0  # off unless asked for
+    assert fm.Settings().value("auto_session_vector") == 0.0  # off unless asked for
 
 
 def test_search_lists_the_turns_a_render_recovers_first(demo_mem: fm.Memory) -> None:

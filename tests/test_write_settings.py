@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import flexamem as fm
-from flexamem.config import WRITE_SETTINGS, write_settings
+from flexamem.config import write_setting_names, write_settings
 from flexamem.core import inferred_write_settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stores"
@@ -33,7 +33,7 @@ def test_the_first_write_records_them_and_every_later_open_writes_with_them(tmp_
     path = tmp_path / "m.db"
     fm.Memory(path, settings=fm.Settings(kappa=32, links=2)).add_session(LONG, session_id="s1")
     recorded = stored(path, "default")
-    assert isinstance(recorded, dict) and sorted(recorded) == sorted(WRITE_SETTINGS)
+    assert isinstance(recorded, dict) and sorted(recorded) == sorted(write_setting_names())
     assert (recorded["kappa"], recorded["links"]) == (32, 2)
     other = fm.Memory(path, settings=fm.Settings(kappa=256, rho=0.5))
     with warnings.catch_warnings():

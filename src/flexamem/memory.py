@@ -543,7 +543,7 @@ class Memory:
 
     def write_settings(self) -> dict[str, Any]:
         """The settings this history is written with (``kappa``, unit sizes, links, record sizes, piece
-        vectors: :data:`flexamem.config.WRITE_SETTINGS`): recorded with its first write and used on every
+        vectors: :func:`flexamem.config.write_setting_names`): recorded with its first write and used on every
         later open whatever settings it is opened with (a :class:`WriteSettingsWarning` when they
         differ); for a history written before they were recorded, what its notes show (else the
         defaults), recorded by its next write; for a history not written yet, the given ones."""

@@ -21,10 +21,10 @@ so changing a default means adding a profile version.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
-from flexamem.config import Settings
+from flexamem.config import Settings, setting_names
 from flexamem.errors import InvalidInputError
 
 # every setting as calibrated up to 2026-12-04 (docs/CALIBRATION.md): the values of auto-v1 and the
@@ -84,16 +84,16 @@ class Profile:
         if overrides is None:
             return base, {}
         if isinstance(overrides, Settings):
-            changed = {f.name: getattr(overrides, f.name) for f in fields(Settings)}
+            changed = overrides.values()
         elif isinstance(overrides, Mapping):
             changed = dict(overrides)
         else:
             kind = type(overrides).__name__
             raise InvalidInputError(f"settings must be a Settings or a mapping of fields, got {kind}")
-        unknown = sorted(set(changed) - {f.name for f in fields(Settings)})
+        unknown = sorted(set(changed) - set(setting_names()))
         if unknown:
             raise InvalidInputError(f"unknown setting(s) {', '.join(map(str, unknown))}")
-        settings = replace(base, **changed)
+        settings = base.with_values(changed)
         return settings, {k: v for k, v in changed.items() if self.values.get(k) != v}
 
 

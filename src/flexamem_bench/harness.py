@@ -22,7 +22,7 @@ import numpy as np
 from flexamem import FlexaMemError, InvalidInputError, Memory, Settings
 from flexamem.budget import ceiling
 from flexamem.cli.store import progress_bar
-from flexamem.config import WRITE_SETTINGS
+from flexamem.config import write_setting_names
 from flexamem.llm.client import ChatModel
 from flexamem.render import format as fmt
 from flexamem.store.sqlite import SQLiteStore
@@ -203,10 +203,10 @@ def open_context(
     h: QAHistory, settings: Settings | None, writer: RecordWriter | None = None, keep: Path | None = None
 ) -> MethodContext:
     """The history's memory, ready for the methods: ingested now, or opened from ``keep`` when an earlier
-    run stored it under the same write-time settings (``WRITE_SETTINGS``) and record writer (any other
+    run stored it under the same write-time settings (``write_setting_names()``) and record writer (any other
     setting may differ: ``Memory.settings`` can be changed for render-time settings)."""
     base = settings or Settings()
-    s = Settings(**{**base.__dict__, "one_unit_per_session": h.one_unit_per_session})
+    s = base.with_values(one_unit_per_session=h.one_unit_per_session)
     path = _kept_path(h, s, writer, keep)
     if path is not None and path.with_suffix(".done").exists():
         mem = Memory(path, settings=s, writer=writer)  # stored by an earlier run: nothing to ingest
@@ -259,7 +259,7 @@ def _kept_path(h: QAHistory, s: Settings, writer: RecordWriter | None, keep: Pat
     if keep is None:
         return None
     keep.mkdir(parents=True, exist_ok=True)
-    stored = sorted((name, getattr(s, name)) for name in WRITE_SETTINGS)  # render-time settings share a store
+    stored = sorted((name, getattr(s, name)) for name in write_setting_names())  # render-time settings share a store
     embedder = default_embedder().name  # the vectors' model (FLEXAMEM_EMBEDDER): int8 and fp32 stores apart
     writer_name = type(writer).__name__ if writer else RuleWriter.__name__  # no writer: the rule writer's records
     key = json.dumps([h.history_id, stored, writer_name, embedder])

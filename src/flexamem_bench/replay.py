@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,6 +40,7 @@ from flexamem import Memory, Note, RenderOptions, Settings
 from flexamem.budget import budget_for
 from flexamem.chat import Message
 from flexamem.recover.pieces import pieces_section, select_pieces
+from flexamem.recover.signals import AgentRanking, Fusion, Rankers
 from flexamem.render import format as fmt
 from flexamem.render.messages import MESSAGE_OVERHEAD, message_tokens, messages_tokens
 from flexamem.text import query_terms
@@ -365,7 +366,11 @@ AGENT_AUTO_ABLATIONS: dict[str, tuple[RenderOptions, Settings | None]] = {
     "auto-full-trace": (RenderOptions(trace_unshown=False), None),
     "auto-no-code-terms": (RenderOptions(code_terms=False), None),
     "auto-pieces": (RenderOptions(shell_units=False), None),
-    "auto-dense-half": (RenderOptions(), Settings(agent_auto_alpha=0.5)),  # the readers' fusion weight
+    # the readers' fusion weight: the agent's ranking with the readers' fusion's alpha
+    "auto-dense-half": (
+        RenderOptions(),
+        Settings(rankers=Rankers((replace(AgentRanking(), agent_auto_alpha=Fusion().auto_alpha),))),
+    ),
 }
 
 AGENT_METHODS: dict[str, Callable[[Trajectory, int], Method]] = {

@@ -3,14 +3,93 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
 import flexamem as fm
-from flexamem.recover.hybrid import hybrid_parts, hybrid_ranking, hybrid_scores
+from flexamem.recover import hybrid
+from flexamem.recover.hybrid import fuse, hybrid_parts
+from flexamem.recover.signals import (
+    AgentRanking,
+    Fusion,
+    Neighbours,
+    Phase,
+    Scores,
+    SessionVector,
+    TurnLength,
+    TurnVector,
+    discounted,
+)  # fmt: skip
+from flexamem.recover.signals.fusion import TOP_TURNS
 from flexamem.text import content_words, stemmed
+
+
+# the ranking's parts, each called with the signals that own its settings (recover/signals)
+def hybrid_scores(
+    h: object, terms: list[str], vector: object, n: int, *, alpha: float, stemmed: bool = True,
+    piece_vectors: bool = True, identifiers: float = 0.0,
+) -> np.ndarray:  # fmt: skip
+    """The fused piece scores, with the agent's identifier prior at ``identifiers``."""
+    state = Scores(h, np.zeros(0), agent=True)  # type: ignore[arg-type]
+    signals = [AgentRanking(agent_auto_identifiers=identifiers, agent_auto_code=0.0)]
+    bm, cos = hybrid_parts(
+        h, terms, vector, n, dense=alpha < 1, stemmed=stemmed, piece_vectors=piece_vectors, signals=signals,  # type: ignore[arg-type]
+        scores=state,
+    )  # fmt: skip
+    return fuse(bm, cos, alpha)
+
+
+@dataclass(frozen=True)
+class MaskDiscount:
+    """A signal written here, in a test: the groups a mask marks are discounted (the seam a new signal
+    uses: a frozen dataclass with a phase and ``apply``)."""
+
+    phase: ClassVar[Phase] = "group"
+    mask: np.ndarray
+    keep: float
+
+    def apply(self, scores: Scores) -> None:
+        scores.score = discounted(scores.score, np.where(self.mask[: len(scores.starts)], self.keep, 1.0))
+
+
+def rank(
+    h: object, scores: np.ndarray, room: int, *, neighbour: float, reach: int, whole_turns: bool = True,
+    discount: tuple[np.ndarray, float] | None = None,
+) -> list[int]:  # fmt: skip
+    signals: list[object] = []
+    if neighbour > 0:
+        signals.append(Neighbours(auto_neighbour=neighbour, auto_neighbour_reach=reach))
+    if discount is not None:
+        signals.append(MaskDiscount(*discount))
+    return hybrid.hybrid_ranking(h, scores, room, signals=signals, whole_turns=whole_turns)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TopFusion(Fusion):
+    top: int = TOP_TURNS
+
+    def apply(self, scores: Scores, top: int = TOP_TURNS) -> None:
+        super().apply(scores, top=self.top)
+
+
+def turn_scores(
+    h: object, bm: np.ndarray, cos: np.ndarray, *, alpha: float, spread: float, top: int = TOP_TURNS,
+    turn_vector: float = 0.0, long_from: float = 0.0, length: float = 0.0, session: float = 0.0,
+) -> np.ndarray:  # fmt: skip
+    """The turn scores, by the signals of the turn phases (the turn-length discount from ``long_from``
+    tokens: a room of ``long_from`` with ``auto_turn_room`` 1)."""
+    signals = [
+        TurnVector(auto_turn_vector=turn_vector),
+        SessionVector(auto_session_vector=session),
+        TopFusion(auto_alpha=alpha, auto_alpha_spread=spread, top=top),
+        TurnLength(auto_turn_length=length, auto_turn_room=1.0),
+    ]
+    state = Scores(h, bm, cos, room=long_from)  # type: ignore[arg-type]
+    return hybrid.turn_scores(state, signals)  # type: ignore[arg-type]
 
 
 def test_stems_join_word_forms_and_keep_codes_exact() -> None:
@@ -72,14 +151,14 @@ def test_neighbours_are_lifted_within_their_unit_only() -> None:
     scores = np.zeros(h.pieces_count)
     scores[2] = 1.0  # the refund answer
     scores[4] = 0.3  # the pottery turn of the next unit
-    plain = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1)
-    lifted = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1)
+    plain = rank(h, scores, 10_000, neighbour=0.0, reach=1)
+    lifted = rank(h, scores, 10_000, neighbour=0.5, reach=1)
     assert plain[:2] == [2, 4]
     assert lifted[:4] == [2, 1, 3, 4]  # the question before and the turn after the answer come next
     # doc 3 (last of unit 0) does not lift doc 4 (first of unit 1) above doc 5, nor the other way
     scores2 = np.zeros(h.pieces_count)
     scores2[3] = 1.0
-    assert hybrid_ranking(h, scores2, 10_000, neighbour=0.5, reach=1)[:2] == [3, 2]
+    assert rank(h, scores2, 10_000, neighbour=0.5, reach=1)[:2] == [3, 2]
 
 
 def test_neighbours_further_away_are_lifted_by_reach() -> None:
@@ -89,15 +168,15 @@ def test_neighbours_further_away_are_lifted_by_reach() -> None:
     scores[0] = 1.0  # the weather turn opens unit 0; the cat turn (doc 3) is three turns away
     scores[3] = 0.05
     scores[4] = 0.2  # the pottery turn of the next unit
-    one = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1)
+    one = rank(h, scores, 10_000, neighbour=0.5, reach=1)
     assert one[:3] == [0, 1, 4]  # reach 1: only doc 1 (0.5) is lifted; doc 2 stays at 0
-    two = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=2)
+    two = rank(h, scores, 10_000, neighbour=0.5, reach=2)
     assert two[:4] == [0, 1, 2, 4]  # doc 2 gets 0.25, above the pottery turn's 0.2
-    three = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=3)
+    three = rank(h, scores, 10_000, neighbour=0.5, reach=3)
     assert three[:4] == [0, 1, 2, 4] and three.index(3) == 4  # doc 3 gets 0.125, below 0.2
     # within a unit only: unit 0 ends at doc 3, so further passes change nothing (doc 5 gets 0.1
     # from doc 4, its own unit's)
-    assert hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=5) == three == [0, 1, 2, 4, 3, 5]
+    assert rank(h, scores, 10_000, neighbour=0.5, reach=5) == three == [0, 1, 2, 4, 3, 5]
 
 
 def test_a_discounted_turn_is_discounted_after_it_lifts_its_neighbours() -> None:
@@ -108,14 +187,14 @@ def test_a_discounted_turn_is_discounted_after_it_lifts_its_neighbours() -> None
     scores[4] = 0.4  # the pottery turn of the next unit
     scores[5] = -0.2
     mask = np.array([False, False, True, False, False, True])  # turns 2 and 5 discounted
-    ranked = hybrid_ranking(h, scores, 10_000, neighbour=0.5, reach=1, discount=(mask, 0.3))
+    ranked = rank(h, scores, 10_000, neighbour=0.5, reach=1, discount=(mask, 0.3))
     # doc 2 falls to 0.3, below the pottery turn, but its neighbours keep the 0.5 its own score gives;
     # doc 5 is lifted by doc 4 (0.2), then discounted (0.06), still above doc 0
     assert ranked == [1, 3, 4, 2, 5, 0]
     # a score below 0 is divided (it falls further), and a mask longer than the turns scored is cut
     long_mask = np.append(mask, [True, True])
-    assert hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, discount=(long_mask, 0.5))[-1] == 5
-    assert hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, discount=None)[:2] == [2, 4]
+    assert rank(h, scores, 10_000, neighbour=0.0, reach=1, discount=(long_mask, 0.5))[-1] == 5
+    assert rank(h, scores, 10_000, neighbour=0.0, reach=1, discount=None)[:2] == [2, 4]
 
 
 def test_a_question_about_its_asker_ranks_the_askers_words_before_the_assistants() -> None:
@@ -163,7 +242,7 @@ def reference_lift(seqs: np.ndarray, scores: np.ndarray, neighbour: float, reach
 
 
 def test_lifting_follows_the_rule_and_the_best_groups_rank_as_if_every_group_lifted() -> None:
-    from flexamem.recover.hybrid import SOURCES, lifted_neighbours
+    from flexamem.recover.signals.neighbours import SOURCES, lifted_neighbours
 
     rng = np.random.default_rng(7)
     small = rng.uniform(-0.2, 1.0, 900)
@@ -211,9 +290,9 @@ def test_a_long_turn_is_ranked_whole() -> None:
     assert len(turn_a) >= 3
     scores = np.zeros(h.pieces_count)
     scores[turn_a[-1]] = 1.0  # its last piece matches
-    whole = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1)
+    whole = rank(h, scores, 10_000, neighbour=0.0, reach=1)
     assert whole[: len(turn_a)] == turn_a  # the whole turn, in text order
-    single = hybrid_ranking(h, scores, 10_000, neighbour=0.0, reach=1, whole_turns=False)
+    single = rank(h, scores, 10_000, neighbour=0.0, reach=1, whole_turns=False)
     assert single[0] == turn_a[-1] and single[1] == turn_a[0]
 
 
@@ -225,13 +304,13 @@ def test_ranking_stops_well_past_the_room() -> None:
     total = sum(h.piece(d)[1].tokens for d in range(h.pieces_count))
     assert total > 3 * 10 + 2048 + 500  # more than the cap for a 10-token room
     scores = np.arange(h.pieces_count, dtype=float)
-    short = hybrid_ranking(h, scores, 10, neighbour=0.5, reach=1)
+    short = rank(h, scores, 10, neighbour=0.5, reach=1)
     held = sum(h.piece(d)[1].tokens for d in short)
     assert len(short) < h.pieces_count
     assert 3 * 10 + 2048 < held <= 3 * 10 + 2048 + max(h.piece(d)[1].tokens for d in short)
     assert short[0] == h.pieces_count - 1  # best first
-    assert len(hybrid_ranking(h, scores, 10**6, neighbour=0.5, reach=1)) == h.pieces_count  # a large room: all
-    assert hybrid_ranking(h, np.zeros(0), 10, neighbour=0.5, reach=1) == []
+    assert len(rank(h, scores, 10**6, neighbour=0.5, reach=1)) == h.pieces_count  # a large room: all
+    assert rank(h, np.zeros(0), 10, neighbour=0.5, reach=1) == []
 
 
 def test_piece_vectors_are_written_once_and_reloaded(tmp_path: Path) -> None:
@@ -334,7 +413,6 @@ def test_ranked_groups_match_a_full_stable_sort() -> None:
 
 
 def test_turn_scores_keep_bm25_for_a_pointed_query_and_lean_on_meaning_for_a_flat_one() -> None:
-    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     h = mem.history
@@ -361,7 +439,6 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
     pieces within the first TURN_HEAD tokens), computed here from the pieces independently."""
     from flexamem import history as history_module
     from flexamem.history import TURN_HEAD, History
-    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
@@ -398,7 +475,6 @@ def test_a_turn_reads_as_its_head_vector_when_turn_vector_is_set(monkeypatch: py
 def test_a_long_turn_is_discounted_by_the_room_it_takes() -> None:
     """``auto_turn_length``: a turn longer than ``long_from`` tokens (``auto_turn_room`` of the room) has
     its score times ``(long_from / tokens) ** length`` (divided when negative); shorter turns keep theirs."""
-    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     long_turn = "\n".join(f"Step {i}: water the tomato seedlings and move tray {i} to the window." for i in range(40))
@@ -466,7 +542,6 @@ def test_a_turn_takes_a_share_of_its_sessions_vector_when_session_vector_is_set(
     in a session about the question then outranks a like-sounding turn in a session about another thing."""
     from flexamem import history as history_module
     from flexamem.history import History
-    from flexamem.recover.hybrid import turn_scores
 
     mem = history_mem()
     garden = ["I planted tomato seedlings in the raised bed.", "They need water every morning.",

@@ -27,11 +27,12 @@ from flexamem.errors import InvalidInputError
 from flexamem.history import History
 from flexamem.recover.hybrid import fuse, hybrid_parts, hybrid_ranking, turn_scores
 from flexamem.recover.pieces import pieces_lines, ranked_pieces, select_pieces
+from flexamem.recover.signals import AgentRanking, Fusion, Scores
 from flexamem.recover.units import Recovery, Shown, candidates, fit_or_degrade, seeded_order
 from flexamem.render import format as fmt
 from flexamem.render.result import Rendering, UnitView
 from flexamem.render.timeline import Entry, Timeline, hide_oldest, total_tokens
-from flexamem.text import asks_about_asker, stemmed
+from flexamem.text import stemmed
 from flexamem.tokens import LineCounts, TokenCounter
 
 Mode = Literal["auto", "units", "pieces"]
@@ -68,6 +69,10 @@ class RenderOptions:
     trace_unshown: bool = True  # False: the trace lists every past command, even those shown raw below it
     code_terms: bool = True  # False: no BM25 over names of code kept whole (agent sessions)
     shell_units: bool = True  # False: a shell agent's history gets pieces by BM25, as a tool-call agent's
+
+    def off(self) -> frozenset[str]:
+        """The switches turned off (what ``auto``'s signals read: :class:`flexamem.recover.signals.Scores`)."""
+        return frozenset(f.name for f in dataclasses.fields(self) if getattr(self, f.name) is False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -419,12 +424,20 @@ class Renderer:
     ) -> tuple[list[int], np.ndarray | None]:
         """The pieces of notes ``0..n-1`` (BM25 doc ids) in the order a ``mode`` render takes them, cut
         once they hold well over ``room`` tokens, and ``auto``'s fused score per piece (None for piece
-        recovery's BM25 order). What the render shows and what :meth:`Memory.search` lists."""
+        recovery's BM25 order). What the render shows and what :meth:`Memory.search` lists. ``auto``
+        ranks by its signals (:mod:`flexamem.recover.signals`), each with its own settings."""
         s = self.settings
         if mode != "auto":
             return ranked_pieces(self.history, query.terms, query.vector, self.piece_vectors, room, n), None
         agent = query.agent
-        alpha = (s.agent_auto_alpha if agent else s.auto_alpha) if options.dense else 1.0
+        rankers = s.rankers
+        fixed = rankers[AgentRanking].agent_auto_alpha if agent else rankers[Fusion].auto_alpha
+        alpha = fixed if options.dense else 1.0
+        signals = list(rankers)
+        state = Scores(
+            self.history, np.zeros(0), room=room, question=query.text, agent=agent, code_terms=query.code,
+            off=options.off(),
+        )  # fmt: skip
         bm, cos = hybrid_parts(
             self.history,
             stemmed(query.terms) if options.stemming else query.terms,
@@ -433,43 +446,23 @@ class Renderer:
             dense=alpha < 1,
             stemmed=options.stemming,
             piece_vectors=options.piece_vectors,
-            identifiers=s.agent_auto_identifiers if agent and options.identifiers else 0.0,
-            code=s.agent_auto_code if agent and options.code_terms else 0.0,
-            code_terms=query.code,
+            signals=signals,
+            scores=state,
         )
         scores = fuse(bm, cos, alpha)
         per_turn = None
         if cos is not None and options.adaptive_alpha and options.whole_turns and not agent:
-            per_turn = turn_scores(
-                self.history,
-                bm,
-                cos,
-                alpha=alpha,
-                spread=s.auto_alpha_spread,
-                turn_vector=s.auto_turn_vector if options.piece_vectors else 0.0,  # heads need piece vectors
-                long_from=s.auto_turn_room * room,
-                length=s.auto_turn_length,
-                session=s.auto_session_vector if options.piece_vectors else 0.0,
-            )
+            per_turn = turn_scores(state, signals)
         ranked = hybrid_ranking(
             self.history,
             scores,
             room,
-            neighbour=s.auto_neighbour if options.neighbours and not agent else 0.0,
+            signals=signals,
+            scores=state,
             whole_turns=options.whole_turns and not agent,
             group_scores=per_turn,
-            reach=s.auto_neighbour_reach,
-            discount=self._assistant_discount(query, options),
         )
         return ranked, scores
-
-    def _assistant_discount(self, query: Query, options: RenderOptions) -> tuple[np.ndarray, float] | None:
-        """Readers' ``auto``: the assistant's turns and ``auto_assistant_turns`` for a question about its
-        asker (``hybrid_ranking``'s ``discount``), else None."""
-        f = self.settings.auto_assistant_turns
-        if f >= 1 or query.agent or not options.whole_turns or not asks_about_asker(query.text):
-            return None
-        return self.history.assistant_turns(), f
 
     # -- shared ------------------------------------------------------------------------------------
     def _cut(self, text: str, allowance: int) -> tuple[str, int]:

@@ -15,6 +15,7 @@ import numpy as np
 from flexamem.config import Settings
 from flexamem.digests import new_salt, note_digest
 from flexamem.notes import LLMCall, Note, Piece, Record, UnitDraft
+from flexamem.recover.signals import AgentRanking
 from flexamem.tokens import TokenCounter
 from flexamem.write.embed import Embedder, embed_unique
 from flexamem.write.pieces import cut_pieces
@@ -98,7 +99,7 @@ class NoteWriter:
                 i
                 for i, ps in enumerate(pieces)
                 if len(ps) <= self.settings.piece_vector_limit
-                and (drafts[i].kind != "agent" or self.settings.agent_auto_alpha < 1)
+                and (drafts[i].kind != "agent" or self.settings.rankers[AgentRanking].agent_auto_alpha < 1)
             ]
             flat = embed_unique(self.embedder, [p.text for i in wanted for p in pieces[i]], self.known)
             start = 0
