@@ -137,8 +137,10 @@ export interface NoteFull {
   raw: string;
   raw_tokens: number;
   record: string;
+  record_tokens: number;
   session_id: string | null;
   unit_id: string;
+  writer: string;
 }
 
 export interface NoteOut {
@@ -147,10 +149,13 @@ export interface NoteOut {
   kind: string;
   label: string;
   links: Array<string>;
+  pieces: number;
   raw_tokens: number;
   record: string;
+  record_tokens: number;
   session_id: string | null;
   unit_id: string;
+  writer: string;
 }
 
 export interface PieceOut {

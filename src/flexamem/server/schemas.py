@@ -120,7 +120,10 @@ class NoteOut(BaseModel):
     record: str
     keywords: list[str]
     raw_tokens: int
+    record_tokens: int
+    pieces: int  # how many (NoteFull: each one)
     links: list[str]
+    writer: str
 
 
 class PieceOut(BaseModel):
@@ -133,7 +136,7 @@ class PieceOut(BaseModel):
 class NoteFull(NoteOut):
     raw: str
     fields: str
-    pieces: list[PieceOut]
+    pieces: list[PieceOut]  # type: ignore[assignment]  # the notes list counts them; a whole note lists them
     digest: str
     exact: dict[str, Any] = Field(
         description="every field of the note but its raw text (above) and its pieces' texts (slices of it): "
