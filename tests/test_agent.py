@@ -193,9 +193,9 @@ def test_agent_auto_rho_above_one_is_refused() -> None:
         fm.Settings(agent_auto_rho=1.5)
 
 
-def shell_agent(settings: fm.Settings | None = None, steps: int = 30) -> fm.AgentSession:
+def shell_agent(settings: fm.Settings | None = None, steps: int = 30, path: str | Path = ":memory:") -> fm.AgentSession:
     """A coding agent's session: bash in fenced blocks after reasoning, long outputs."""
-    agent = fm.Memory(":memory:", settings=settings).agent(task="Fix tests/test_parse.py", budget=3000)
+    agent = fm.Memory(path, settings=settings).agent(task="Fix tests/test_parse.py", budget=3000)
     for i in range(steps):
         command = f"sed -n '1,60p' pkg/mod_{i}.py" if i % 2 else f"grep -rn parser_state_{i} pkg"
         agent.step(
@@ -274,3 +274,36 @@ def test_the_trace_shows_whole_commands_newest_first_and_first_lines_for_the_res
     assert f"print('check {newest} line 29')" in trace  # the newest command whole
     assert f"step {oldest + 1}: cat <<'EOF' > check_{oldest}.py …" in trace  # an old one by its first line
     assert ctx.tokens <= ctx.ceiling
+
+
+def test_a_step_the_store_refuses_leaves_the_session_as_it_was(tmp_path: Path) -> None:
+    """A step joins the session's one list of steps before it is stored (with the units it pushes out);
+    when the store refuses it, that entry goes again: steps, units, trace and context are as before,
+    and its step id is not taken."""
+    sid = shell_agent(path=tmp_path / "s.db").session_id
+    reader = fm.Memory(tmp_path / "s.db", read_only=True).agent(session_id=sid)
+    before, units = reader.context(), reader.units()
+    assert any("Commands run before" in str(m.get("content")) for m in before.messages)
+    for _ in range(3):  # the same id each time: a taken id would return a number instead of failing
+        with pytest.raises(fm.ReadOnlyStoreError):
+            reader.step(action="```bash\nrm -rf pkg\n```", observation="gone", step_id="x")
+        assert len(reader.steps) == 30 and reader.units() == units and reader.message_count == 60
+        again = reader.context()
+        assert again.messages == before.messages and "rm -rf" not in json.dumps(again.messages)
+
+
+def test_a_session_reads_and_writes_the_store_through_its_core(tmp_path: Path) -> None:
+    mem = fm.Memory(tmp_path / "c.db")
+    agent = mem.agent(task="t", budget=1024, system="s", session_id="one")
+    agent.step(action="a", observation="o")
+    core = agent.core
+    meta = core.meta()
+    assert core.kind() == "agent" and meta is not None and (meta["task"], meta["budget"]) == ("t", 1024)
+    assert [json.loads(r.data)["action"] for r in core.steps()] == ["a"]
+    core.set_state("note", [1, 2])
+    assert core.state("note") == [1, 2] and core.state("absent") is None
+    head = core.head()
+    assert head is not None and head.steps == 1 and head == agent.head()
+    assert not core.read_only and fm.Memory(tmp_path / "c.db", read_only=True).core.read_only
+    none = fm.Memory(tmp_path / "c.db", history="nobody").core
+    assert none.kind() is None and none.meta() is None and none.head() is None and none.steps() == []
