@@ -16,7 +16,16 @@ from flexamem.config import knob_grids, setting_names, write_setting_names
 from flexamem.knobs import check_knobs, knob
 from flexamem.profiles import profile
 from flexamem.recover.signals import (
-    SIGNALS, Fusion, Neighbours, Phase, Rankers, Scores, TurnLength, owners, register, unregister,
+    SIGNALS,
+    Fusion,
+    Neighbours,
+    Phase,
+    Rankers,
+    Scores,
+    TurnLength,
+    owners,
+    register,
+    unregister,
 )  # fmt: skip
 
 
@@ -61,9 +70,9 @@ def test_a_signal_registered_once_is_a_setting_everywhere(recency: type[Recency]
     with pytest.raises(fm.InvalidInputError, match="auto_recency must be at most 1"):
         fm.Settings(auto_recency=2.0)  # its rule, from its own field
     mem = two_units()
-    assert [h.unit_id for h in mem.search("gym bag", limit=2)][0] == "old"
+    assert mem.search("gym bag", limit=2)[0].unit_id == "old"
     mem.settings = mem.settings.with_values(auto_recency=0.5)  # the signal now ranks
-    assert [h.unit_id for h in mem.search("gym bag", limit=2)][0] == "new"
+    assert mem.search("gym bag", limit=2)[0].unit_id == "new"
     # a profile and an override take it as they take any setting
     settings, overrides = profile("auto").with_overrides({"auto_recency": 0.5})
     assert overrides == {"auto_recency": 0.5} and settings.rankers[Recency].auto_recency == 0.5

@@ -11,9 +11,9 @@ import flexamem as fm
 
 pytest.importorskip("fastapi")
 
-from flexamem.notes import note_json  # noqa: E402
-from flexamem.render.result import Hit, rendering_json  # noqa: E402
-from flexamem.server import schemas  # noqa: E402
+from flexamem.notes import note_json
+from flexamem.render.result import Hit, rendering_json
+from flexamem.server import schemas
 
 
 def small_memory() -> fm.Memory:
