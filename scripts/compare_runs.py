@@ -7,6 +7,9 @@ above it.
 
     python scripts/compare_runs.py results/q/lme-dev-fp32 results/q/lme-dev-int8 \
         [--measures evidence_verbatim,evidence_partial] [--by-group]
+
+``--exact`` asks only whether the rows both runs hold are identical in every field but timings: a
+refactor against the code before it, both run on the same ``--keep`` stores (issue 50).
 """
 
 from __future__ import annotations
@@ -29,10 +32,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measures", default=DEFAULT)
     parser.add_argument("--by-group", action="store_true", help="resample whole groups (trajectories)")
     parser.add_argument("--resamples", type=int, default=5000)
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="only say whether the rows both runs hold are identical in every field but timings (a refactor "
+        "against the code before it, on kept stores); exit 1 if any differs",
+    )
     args = parser.parse_args(argv)
     rows: dict[str, dict[tuple[str, int, str], dict[str, object]]] = {}
     for side, folder in (("a", args.a), ("b", args.b)):
         rows[side] = {(str(r["method"]), int(r["budget"]), str(r["item"])): r for r in load_rows(folder)}
+    if args.exact:
+        return exact(rows["a"], rows["b"])
     cells: dict[tuple[str, int, str], list[tuple[float, float, str]]] = defaultdict(list)
     for key, ra in rows["a"].items():
         rb = rows["b"].get(key)
@@ -62,6 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"\n{held} of {total} differences hold (CI contains 0 or lies above it)")
     return 0
+
+
+def exact(a: dict[tuple[str, int, str], dict[str, object]], b: dict[tuple[str, int, str], dict[str, object]]) -> int:
+    """Rows of both runs compared field by field, timings left out: how many are identical."""
+
+    def fixed(row: dict[str, object]) -> dict[str, object]:
+        return {k: v for k, v in row.items() if "latency" not in k and not k.endswith("_ms")}
+
+    common = sorted(set(a) & set(b))
+    differing = [k for k in common if fixed(a[k]) != fixed(b[k])]
+    print(f"rows: A {len(a)}, B {len(b)}, both {len(common)}, identical {len(common) - len(differing)}")
+    for k in differing[:10]:
+        fa, fb = fixed(a[k]), fixed(b[k])
+        print(" ", k, {f: (fa.get(f), fb.get(f)) for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)})
+    return 1 if differing else 0
 
 
 if __name__ == "__main__":
