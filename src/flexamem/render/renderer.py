@@ -70,6 +70,7 @@ class RenderOptions:
     code_terms: bool = True  # False: no BM25 over names of code kept whole (agent sessions)
     shell_units: bool = True  # False: a shell agent's history gets pieces by BM25, as a tool-call agent's
 
+    @functools.cached_property
     def off(self) -> frozenset[str]:
         """The switches turned off (what ``auto``'s signals read: :class:`flexamem.recover.signals.Scores`)."""
         return frozenset(f.name for f in dataclasses.fields(self) if getattr(self, f.name) is False)
@@ -436,7 +437,7 @@ class Renderer:
         signals = list(rankers)
         state = Scores(
             self.history, np.zeros(0), room=room, question=query.text, agent=agent, code_terms=query.code,
-            off=options.off(),
+            off=options.off,
         )  # fmt: skip
         bm, cos = hybrid_parts(
             self.history,

@@ -76,8 +76,13 @@ class Rankers:
         return cls()
 
     def __iter__(self) -> Iterator[Signal]:
-        """Every registered signal's settings, in running order."""
-        return (self[cls] for cls in SIGNALS)
+        """Every registered signal's settings, in running order (built once per registry: a render reads
+        them before every model call)."""
+        cached: tuple[tuple[type, ...], tuple[Signal, ...]] | None = self.__dict__.get("_all")
+        if cached is None or cached[0] != tuple(SIGNALS):
+            cached = (tuple(SIGNALS), tuple(self[cls] for cls in SIGNALS))
+            object.__setattr__(self, "_all", cached)
+        return iter(cached[1])
 
     def with_values(self, values: Mapping[str, Any]) -> Rankers:
         """These settings with ``values`` (setting name -> value; every name a signal's knob)."""
