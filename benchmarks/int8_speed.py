@@ -10,7 +10,11 @@ neighbour hits both alike), each one:
 - **renders**: every question of the conversation rendered at 4k with its query embedded in the call
   (what a server's render does), mean ms;
 - **one forward** of a single text of 16, 64 and 256 wordpieces, median ms (5 ms of Python work
-  between forwards, as in a call).
+  between forwards, as in a call);
+- **bulk**: 600 LoCoMo turns and 300 LongMemEval turns (shuffled, from the dev files) embedded in one
+  call, characters/s: the embedder alone, as ``flexamem ingest`` and a batch of writes use it.
+
+It ends with the precision ``FLEXAMEM_EMBEDDER=auto`` picks on this processor (issue 52).
 
 The best round of each is kept and the int8 / fp32 ratio printed. Run it on an idle machine.
 
@@ -20,6 +24,8 @@ The best round of each is kept and the int8 / fp32 ratio printed. Run it on an i
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import statistics
 import time
 from collections.abc import Sequence
@@ -28,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import flexamem as fm
+from flexamem.write.default_embed import auto_precision
 from flexamem.write.embed import int8_instructions
 from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
 from flexamem_bench.datasets import locomo_histories
@@ -95,6 +102,24 @@ def renders(mem: fm.Memory, questions: list[str]) -> list[float]:
     return ms
 
 
+def bulk_texts(data: Path) -> dict[str, list[str]]:
+    """600 LoCoMo dev turns and 300 LongMemEval dev turns (of its first two haystacks), shuffled."""
+    locomo = [
+        t["text"] for h in locomo_histories(data / "locomo" / "locomo-dev.json") for s in h.sessions for t in s.turns
+    ]
+    haystacks = json.loads((data / "longmemeval" / "longmemeval-s-dev.json").read_text())[:2]
+    lme = [t["content"] for q in haystacks for s in q["haystack_sessions"] for t in s]
+    random.Random(0).shuffle(locomo)
+    random.Random(0).shuffle(lme)
+    return {"LoCoMo turns": locomo[:600], "LongMemEval turns": lme[:300]}
+
+
+def bulk_rate(embedder: OnnxMiniLMEmbedder, texts: list[str]) -> float:
+    start = time.perf_counter()
+    embedder.embed(texts)
+    return sum(map(len, texts)) / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="../shared/data")
@@ -110,6 +135,7 @@ def main() -> None:
     questions = [q.question for q in h.questions]
     trajectories = load_trajectories(data / "agent_trajectories" / "mini_swe_agent" / "gemini-3-pro-dev.json")
     trajectories = trajectories[: args.runs]
+    bulk = bulk_texts(data)
     embedders = {"fp32": OnnxMiniLMEmbedder(), "int8": OnnxMiniLMEmbedder(precision="int8")}
     best: dict[str, dict[str, float]] = {name: {} for name in embedders}
     for r in range(args.rounds):
@@ -124,10 +150,11 @@ def main() -> None:
                 "agent call p50 ms": statistics.median(calls),
                 "render mean ms": statistics.mean(rendered),
                 **{f"one forward, {n} tokens, ms": forward_ms(embedder, n) for n in (16, 64, 256)},
+                **{f"bulk {k}, chars/s": bulk_rate(embedder, texts) for k, texts in bulk.items()},
             }
             print(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
             for k, v in row.items():
-                keep = max if k.startswith("ingest") else min
+                keep = max if k.startswith(("ingest", "bulk")) else min
                 best[name][k] = keep(best[name].get(k, v), v)
     print(f"\nCPU int8 instructions: {int8_instructions()}")
     print(f"{h.history_id} ({len(sessions)} sessions, {len(questions)} renders at 4k); "
@@ -136,8 +163,9 @@ def main() -> None:
     print("| measure | fp32 | int8 | speed-up |\n|---|---:|---:|---:|")
     for k in best["fp32"]:
         a, b = best["fp32"][k], best["int8"][k]
-        ratio = b / a if k.startswith("ingest") else a / b
+        ratio = b / a if k.startswith(("ingest", "bulk")) else a / b
         print(f"| {k} | {a:.1f} | {b:.1f} | {ratio:.2f}x |")
+    print(f"\nFLEXAMEM_EMBEDDER=auto runs {auto_precision()} on this processor")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ import pytest
 import flexamem as fm
 from flexamem.cli.demo import DEMO_SESSIONS
 
+# The default embedder follows the processor (int8 on x86 with AVX2 or better, write/default_embed.py);
+# the suite pins fp32 so that it asserts the same vectors on every machine (child processes inherit it).
+# The processor rule itself is tested in tests/write/test_embedder_record.py with the variable unset.
+os.environ.setdefault("FLEXAMEM_EMBEDDER", "fp32")
+
 
 @pytest.fixture()
 def mem() -> fm.Memory:

@@ -130,3 +130,40 @@ def test_a_history_written_with_an_earlier_int8_recipe_goes_on_with_it(
     # history refuses another one)
     with fm.Memory(db, history="old", embedder=int8) as mem, pytest.raises(fm.InvalidInputError, match="another"):
         mem.render("the hotel?", 2048)
+
+
+def cpuinfo(*flags: str) -> str:
+    return "processor\t: 0\nflags\t\t: " + " ".join(flags) + "\n"
+
+
+def test_the_default_precision_follows_the_processor() -> None:
+    from flexamem.write.default_embed import auto_precision
+
+    assert auto_precision(cpuinfo("fpu", "sse4_2", "avx")) == "fp32"  # no AVX2: int8 not measured faster
+    assert auto_precision(cpuinfo("fpu", "avx", "avx2", "fma")) == "int8"
+    assert auto_precision(cpuinfo("avx2", "avx512f", "avx512bw")) == "int8"
+    assert auto_precision(cpuinfo("avx2", "avx512f", "avx512bw", "avx512_vnni")) == "int8"
+    assert auto_precision(cpuinfo("avx2", "avx_vnni")) == "int8"
+    assert auto_precision(cpuinfo("avx512_vnni", "amx_bf16", "amx_int8")) == "int8"
+    assert auto_precision("") == "fp32"  # no flags line (not Linux): fp32
+    assert auto_precision("processor\t: 0\nFeatures\t: fp asimd asimddp\n") == "fp32"  # Arm: not measured
+
+
+def test_the_default_embedder_is_the_processors_and_fp32_is_one_setting_away(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from flexamem.write.default_embed import auto_precision
+    from flexamem.write.onnx_embed import NAMES
+
+    def name(**env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if k != "FLEXAMEM_EMBEDDER"}
+        code = "from flexamem.write.default_embed import default_embedder; print(default_embedder().name)"
+        out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert name() == NAMES[auto_precision()]  # unset: this processor's choice
+    assert name(FLEXAMEM_EMBEDDER="fp32") == "all-MiniLM-L6-v2"  # fp32 whatever the processor
+    assert name(FLEXAMEM_EMBEDDER="onnx-int8") == "all-MiniLM-L6-v2-int8-v3"
