@@ -6,11 +6,11 @@ Which precision ``auto`` (the default) runs is chosen by the processor (:func:`a
 measurements (docs/PERFORMANCE.md): int8 weights on an x86 CPU with AVX2 or better, fp32 elsewhere.
 With int8 (one text per forward) against fp32 (batches of 8): on an Intel CPU with AVX-512 VNNI/AMX,
 ingest 1.51x, agent calls 1.67x, renders 1.26x; on an Intel CPU with AVX2, a forward 1.4-1.6x; on the
-AMD EPYC (AVX2) this project runs on, bulk embedding of LoCoMo turns 1.15x and of LongMemEval turns
-1.29x, one text 1.46-1.67x, renders 1.34x. (One AMD EPYC measured by the project ran batches of short
-turns at 0.91x but one text at 1.48x: the renders and agent calls, the hot path, still gain.) Without
-AVX2 (or on another architecture) nothing was measured, and onnxruntime's int8 kernels fall back to
-slow paths: fp32. A history keeps the embedder it recorded whatever the default (vectors of two
+AMD EPYC (AVX2) this project runs on (2026-12-05), ingest with piece vectors 1.24x, renders 1.24x,
+agent calls 1.29-1.35x, one text 1.27-1.35x, bulk LongMemEval turns 1.24x, bulk short LoCoMo turns
+0.95-1.15x (the one kind of work int8 does not speed up there). Without AVX2 (or on another
+architecture) nothing was measured, and onnxruntime's int8 kernels fall back to slow paths: fp32.
+A history keeps the embedder it recorded whatever the default (vectors of two
 models are never compared)."""
 
 from __future__ import annotations
