@@ -2,11 +2,21 @@
 
 Writes H histories of S LoCoMo dev sessions each (before the clock starts), starts ``flexamem serve
 --workers W`` on 127.0.0.1, and runs C clients on loopback for D seconds per phase: renders only, then
-a share of the requests writing a new session (each a real LoCoMo session under a fresh id). Prints
-throughput, p50 / p95 / p99 latency, status counts, and the acked-vs-stored check: every write the
-server acknowledged must be in the store afterwards (read back through the API).
+a share of the requests writing a new session. Prints throughput, p50 / p95 / p99 latency, status
+counts, and the acked-vs-stored check: every write the server acknowledged must be in the store
+afterwards (read back through the API).
 
-    python benchmarks/server_load.py [--store sqlite,postgres] [--clients 16] [--duration 30]
+What a write sends (``--writes``): ``fresh`` (the default) a session no history and no earlier write of
+the run holds, so the server embeds all of it, as it would a user's new words: LongMemEval dev sessions
+(deduplicated, cut at a turn boundary near LoCoMo's mean session length, 2,800 characters); ``locomo``
+one of the 99 LoCoMo dev sessions under a fresh id, as issue 52 first measured: most of them are already
+in the history or were embedded for an earlier write, so a write often embeds little.
+
+Before the server starts, the floors are measured in this process with the default embedder: a write's
+own embedding work (the texts ``add_session`` embeds, timed alone) and a warm render (its query's
+forward plus the library's render at the budget), so each latency can be read as a ratio to its floor.
+
+    python benchmarks/server_load.py [--store sqlite,postgres] [--clients 16] [--duration 30] [--writes fresh]
 
 ``--store postgres`` starts the local PostgreSQL of the test suite (scripts/start_postgres.sh) unless
 ``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server.
@@ -105,12 +115,14 @@ async def load(
     budget: int,
     seed: int,
     retry: bool = False,
+    fresh: list[list[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
     """C clients, each sending one request after the other for ``duration`` seconds. A write refused
     with 503 and ``Retry-After`` is sent again after it (at most 2 s, as the one-API client does; by a
     task of its own, so the offered load of renders does not fall) when ``retry`` is set, until 30 s
     past the phase; each acknowledged write's latency is its acknowledged request's, and the time from
-    its first attempt is kept beside it."""
+    its first attempt is kept beside it. ``fresh``: each write takes the next session of this list
+    (taken off it) instead of a random one of ``sessions``."""
     rng = random.Random(seed)
     renders: list[float] = []
     writes: list[float] = []
@@ -151,7 +163,8 @@ async def load(
                 try:
                     if rng.random() < write_share:
                         sid = "w" + uuid.uuid4().hex[:12]
-                        body = {"turns": rng.choice(sessions), "session_id": sid}
+                        turns = fresh.pop() if fresh else rng.choice(sessions)
+                        body = {"turns": turns, "session_id": sid}
                         r = await write(history, body, start)
                         if r.status_code == 503 and retry and "retry-after" in r.headers:
                             # refused (busy): sent again after Retry-After, as the one-API client does, by a
@@ -178,10 +191,75 @@ async def load(
     }  # fmt: skip
 
 
+def fresh_sessions(path: Path, chars: int = 2800) -> list[list[dict[str, str]]]:
+    """Distinct LongMemEval sessions, each cut after the turn that passes ``chars`` characters."""
+    seen: set[str] = set()
+    out: list[list[dict[str, str]]] = []
+    for item in json.loads(path.read_text()):
+        for session in item["haystack_sessions"]:
+            turns, size = [], 0
+            for turn in session:
+                turns.append({"speaker": turn["role"], "text": turn["content"]})
+                size += len(turn["content"])
+                if size >= chars:
+                    break
+            key = json.dumps(turns)
+            if turns and key not in seen:
+                seen.add(key)
+                out.append(turns)
+    random.Random(7).shuffle(out)
+    return out
+
+
+class Counting:
+    """The default embedder, timed: the floor of a write is the time its own texts take to embed."""
+
+    def __init__(self) -> None:
+        from flexamem.write.default_embed import default_embedder
+
+        self.inner = default_embedder()
+        self.name, self.dim, self.seconds = self.inner.name, self.inner.dim, 0.0
+
+    def embed(self, texts: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def floors(
+    history: list[list[dict[str, str]]], writes: list[list[dict[str, str]]], questions: list[str], budget: int
+) -> tuple[float, float]:
+    """Median ms of a write's own embedding work (``writes`` added one by one after ``history``) and of a
+    warm render with its query embedded, in this process, one at a time."""  # fmt: skip
+    counting = Counting()
+    mem = fm.Memory(":memory:", embedder=counting)  # type: ignore[arg-type]
+    mem.add_sessions([{"turns": t, "session_id": f"s{k}"} for k, t in enumerate(history)])
+    embed_ms = []
+    for k, turns in enumerate(writes):
+        counting.seconds = 0.0
+        mem.add_session(turns, session_id=f"w{k}")
+        embed_ms.append(1000 * counting.seconds)
+    mem.render(questions[0], budget)
+    render_ms = []
+    for q in questions[1:]:
+        start = time.perf_counter()
+        mem.render(q, budget)
+        render_ms.append(1000 * (time.perf_counter() - start))
+    return percentile(embed_ms, 0.5), percentile(render_ms, 0.5)
+
+
 def stored_sessions(url: str, key: str, history: str) -> set[str]:
     r = httpx.get(f"{url}/v1/histories/{history}/notes", headers={"Authorization": f"Bearer {key}"}, timeout=60)
     r.raise_for_status()
     return {n["session_id"] for n in r.json()}
+
+
+def fm_embedder() -> str:
+    from flexamem.write.default_embed import default_embedder
+
+    return default_embedder().name
 
 
 def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
@@ -193,6 +271,16 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
     sessions = [[{"speaker": t["speaker"], "text": t["text"]} for t in s.turns] for h in data for s in h.sessions]
     questions = [q.question for h in data for q in h.questions]
     names = [f"h{i}" for i in range(args.histories)]
+    pool = fresh_sessions(Path(args.fresh_data)) if args.writes == "fresh" else []
+    if pool:
+        write_ms, render_ms = floors(sessions[: args.sessions], pool[-20:], questions[:41], args.budget)
+        del pool[-20:]  # timed in this process: never sent to the server
+    else:
+        write_ms, render_ms = floors(sessions[: args.sessions], sessions[args.sessions : args.sessions + 20],
+                                     questions[:41], args.budget)  # fmt: skip
+    print(f"# {store}: floors in this process ({fm_embedder()}): a write's own embedding work p50 {write_ms:.0f} ms, "
+          f"a warm render p50 {render_ms:.1f} ms; writes: {args.writes}"
+          + (f" ({len(pool)} sessions in the pool)" if pool else ""), file=sys.stderr)  # fmt: skip
     start = time.perf_counter()
     for i, name in enumerate(names):  # the histories, written before the clock starts
         mem = fm.Memory(db, history=f"{tenant}/{name}")
@@ -214,6 +302,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
                 load(
                     server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
                     write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
+                    fresh=pool if args.writes == "fresh" else None,
                 )
             )  # fmt: skip
             lost = 0
@@ -249,6 +338,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", default="sqlite,postgres", help="sqlite, postgres or both")
     parser.add_argument("--data", default=str(default_path()), help="LoCoMo dev file (sessions and questions)")
+    parser.add_argument(
+        "--fresh-data",
+        default=str(default_path().parent.parent / "longmemeval" / "longmemeval-s-dev.json"),
+        help="LongMemEval file the fresh writes' sessions come from",
+    )
+    parser.add_argument("--writes", choices=("fresh", "locomo"), default="fresh", help="what a write sends (above)")
     parser.add_argument("--histories", type=int, default=20)
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--clients", type=int, default=16)

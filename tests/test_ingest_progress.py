@@ -163,15 +163,12 @@ def test_ingest_on_a_terminal_redraws_its_line(tmp_path: Path) -> None:
 
 @pytest.fixture()
 def endpoint_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The variables ``--embeddings-*`` set in this process, put back as they were afterwards."""
-    for name in (
-        "FLEXAMEM_EMBEDDER",
-        "FLEXAMEM_EMBEDDINGS_URL",
-        "FLEXAMEM_EMBEDDINGS_MODEL",
-        "FLEXAMEM_EMBEDDINGS_NAME",
-    ):
+    """The variables ``--embeddings-*`` set in this process, put back as they were afterwards; the local
+    embedder fp32 on every processor (an endpoint serves fp32 MiniLM, never one of the int8 recipes)."""
+    for name in ("FLEXAMEM_EMBEDDINGS_URL", "FLEXAMEM_EMBEDDINGS_MODEL", "FLEXAMEM_EMBEDDINGS_NAME"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
+    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "fp32")
     yield
 
 
@@ -186,7 +183,8 @@ def test_ingest_through_an_endpoint_gives_the_local_vectors(tmp_path: Path, caps
     assert "embeddings by EndpointEmbedder(" in err and "key=<none>" in err
     with sqlite3.connect(tmp_path / "far.db") as db:
         assert json.loads(db.execute("SELECT meta FROM histories").fetchone()[0])["embedder"] == "all-MiniLM-L6-v2"
-    os.environ.pop("FLEXAMEM_EMBEDDER")  # read both back locally
+    os.environ.pop("FLEXAMEM_EMBEDDER")  # read both back locally, by the processor's default: each goes on
+    # with the embedder it recorded (fp32), whatever that default is
     far, near = fm.Memory(tmp_path / "far.db", history="conv-x"), fm.Memory(tmp_path / "near.db", history="conv-x")
     with far, near:
         assert np.allclose(far.history.embeddings, near.history.embeddings, atol=1e-5)

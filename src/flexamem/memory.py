@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
@@ -552,12 +553,14 @@ class Memory:
             return write_settings(self.core.settings)
 
     def erasures(self) -> list[Erasure]:
-        """The erasures of this history and of its agent sessions, oldest first (what each named, why,
-        when, the units and steps it rewrote; a step's ids are ``"<session>:<step>"``)."""
-        found = self.store.erasures(self.history_id)
-        for sid in self.store.sessions(self.history_id):
-            found += self.store.erasures(sid)
-        return sorted(found, key=lambda e: e.at)
+        """The erasures of this history and of its agent sessions, oldest first and each chain in the
+        order of its numbers (what each named, why, when, the units and steps it rewrote; a step's ids
+        are ``"<session>:<step>"``)."""
+        chains = [self.store.erasures(self.history_id)]
+        chains += [self.store.erasures(sid) for sid in self.store.sessions(self.history_id)]
+        # each chain keeps its own order (its numbers): two racing erasures may carry clocks read
+        # before the one that waited took the next number
+        return list(heapq.merge(*chains, key=lambda e: e.at))
 
     def drop_session(self, session_id: str) -> bool:
         """Delete one agent session of this history (its steps and notes). Returns whether it existed."""
