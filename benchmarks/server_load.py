@@ -17,6 +17,11 @@ own embedding work (the texts ``add_session`` embeds, timed alone) and a warm re
 forward plus the library's render at the budget), so each latency can be read as a ratio to its floor.
 
     python benchmarks/server_load.py [--store sqlite,postgres] [--clients 16] [--duration 30] [--writes fresh]
+        [--think 0]
+
+``--think S``: each client pauses after an answer (exponential, mean S seconds), as people and agents
+do, so the offered load is below what the server can do (0, the default and issue 52's load: each client
+sends again at once, so the machine is always saturated and writes queue behind renders or the reverse).
 
 ``--store postgres`` starts the local PostgreSQL of the test suite (scripts/start_postgres.sh) unless
 ``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server.
@@ -116,13 +121,15 @@ async def load(
     seed: int,
     retry: bool = False,
     fresh: list[list[dict[str, str]]] | None = None,
+    think: float = 0.0,
 ) -> dict[str, Any]:
     """C clients, each sending one request after the other for ``duration`` seconds. A write refused
     with 503 and ``Retry-After`` is sent again after it (at most 2 s, as the one-API client does; by a
     task of its own, so the offered load of renders does not fall) when ``retry`` is set, until 30 s
     past the phase; each acknowledged write's latency is its acknowledged request's, and the time from
     its first attempt is kept beside it. ``fresh``: each write takes the next session of this list
-    (taken off it) instead of a random one of ``sessions``."""
+    (taken off it) instead of a random one of ``sessions``. ``think``: a client's mean pause after an
+    answer, in seconds (exponential; 0: none, each client sends as fast as it is answered)."""
     rng = random.Random(seed)
     renders: list[float] = []
     writes: list[float] = []
@@ -179,6 +186,8 @@ async def load(
                 except httpx.HTTPError as exc:  # a timeout or a dropped connection is counted, not fatal
                     status = type(exc).__name__
                 statuses[status] += 1
+                if think > 0:
+                    await asyncio.sleep(min(rng.expovariate(1 / think), end - time.perf_counter()))
 
         began = time.perf_counter()
         await asyncio.gather(*(one_client() for _ in range(clients)))
@@ -302,7 +311,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
                 load(
                     server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
                     write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
-                    fresh=pool if args.writes == "fresh" else None,
+                    fresh=pool if args.writes == "fresh" else None, think=args.think,
                 )
             )  # fmt: skip
             lost = 0
@@ -349,6 +358,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per phase")
     parser.add_argument("--write-share", type=float, default=0.1)
+    parser.add_argument(
+        "--think", type=float, default=0.0, help="a client's mean pause after each answer, seconds (0: none)"
+    )
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of renders before measuring")
     parser.add_argument("--budget", type=int, default=4096)
     parser.add_argument("--workers", type=int, default=2)
@@ -357,7 +369,8 @@ def main() -> None:
     )
     parser.add_argument("--serve-args", default="", help="more flexamem serve options, e.g. '--max-open 64'")
     args = parser.parse_args()
-    print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback, {args.duration:.0f} s per phase; "
+    print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback (think {args.think:g} s), "
+          f"{args.duration:.0f} s per phase; "
           f"flexamem serve --workers {args.workers} {args.serve_args}".rstrip())  # fmt: skip
     print(
         "| store | load | renders/s | render p50 / p95 / p99 | writes/s | write ack p50 / p99 | first send to ack "

@@ -231,8 +231,6 @@ def refuse_unknown_arguments(cls: type[T]) -> type[T]:
     return cls
 
 
-
-
 @dataclass(frozen=True)
 class ClientSettings:
     """How a memory at a URL talks to its server(s)."""

@@ -121,16 +121,22 @@ def offloaded() -> Iterator[OffloadedEmbedder]:
     emb.close()
 
 
-def test_writes_are_embedded_by_a_lower_priority_process(offloaded: OffloadedEmbedder) -> None:
+@pytest.mark.parametrize("nice", [0, 7])
+def test_writes_are_embedded_by_a_process_of_their_own_at_the_priority_set(nice: int) -> None:
     texts = [f"invoice INV-{i} for the Lisbon trip" for i in range(5)]
     others = set(multiprocessing.active_children())
-    local = default_embedder().embed(texts)
-    assert np.allclose(offloaded.embed(texts), local, atol=1e-5) and offloaded.offloaded == 0  # a query: here
-    with writing():
-        vectors = offloaded.embed(texts)
-    assert np.allclose(vectors, local, atol=1e-5) and offloaded.offloaded == 5
-    [child] = set(multiprocessing.active_children()) - others
-    assert child.pid is not None and os.getpriority(os.PRIO_PROCESS, child.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+    offloaded = OffloadedEmbedder(nice=nice)
+    try:
+        local = default_embedder().embed(texts)
+        assert np.allclose(offloaded.embed(texts), local, atol=1e-5) and offloaded.offloaded == 0  # a query: here
+        with writing():
+            vectors = offloaded.embed(texts)
+        assert np.allclose(vectors, local, atol=1e-5) and offloaded.offloaded == 5
+        [child] = set(multiprocessing.active_children()) - others
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert child.pid is not None and os.getpriority(os.PRIO_PROCESS, child.pid) == min(19, ours + nice)
+    finally:
+        offloaded.close()
 
 
 def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, offloaded: OffloadedEmbedder) -> None:

@@ -403,6 +403,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.max_pending_writes < 1:
             raise InvalidInputError("--max-pending-writes must be at least 1")
         limit["max_pending_writes"] = args.max_pending_writes
+    if args.write_target is not None:
+        if args.write_target < 0:
+            raise InvalidInputError("--write-target must be 0 (no bound) or more seconds")
+        limit["write_target"] = args.write_target or None
+    if args.write_nice is not None:
+        if not 0 <= args.write_nice <= 19:
+            raise InvalidInputError("--write-nice must be 0 to 19")
+        limit["write_nice"] = args.write_nice
     if args.write_wait is not None:
         if args.write_wait < 0:
             raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
@@ -546,7 +554,19 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument(
         "--max-pending-writes",
         type=int,
-        help="writes each worker admits at once; one more gets 503 with Retry-After, storing nothing (2)",
+        help="writes each worker admits at once; one more gets 503 with Retry-After, storing nothing (8)",
+    )
+    p.add_argument(
+        "--write-target",
+        type=float,
+        help="with writes in progress, admit one only if its vectors are predicted within this many seconds "
+        "at the embedding process's measured pace, else 503 with Retry-After (default 1; 0: no such bound)",
+    )
+    p.add_argument(
+        "--write-nice",
+        type=int,
+        help="the scheduling priority (nice, 0-19) of each worker's embedding process: higher gives renders the "
+        "CPU first, writes wait longer (default 0)",
     )
     p.add_argument(
         "--write-wait",

@@ -36,6 +36,8 @@ from flexamem.server.settings import (
     DEFAULT_MAX_HEADERS,
     DEFAULT_MAX_OPEN,
     DEFAULT_MAX_PENDING_WRITES,
+    DEFAULT_WRITE_NICE,
+    DEFAULT_WRITE_TARGET,
     ServerConfig,
 )
 from flexamem.server.state import Memories, ServerState
@@ -114,6 +116,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.keys = state.keys
     app.state.throttle = state.throttle
     app.state.metrics = state.metrics
+    app.state.admission = state.admission
     install_limits(app, config, state.metrics)
     install_handlers(app)
     for routes in ROUTERS:  # into the app's own router: app.routes stays one flat table of APIRoutes
@@ -146,6 +149,7 @@ def app_from_env() -> FastAPI:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     records = os.environ.get("FLEXAMEM_RECORDS", "rule")
     wait = os.environ.get("FLEXAMEM_WRITE_WAIT", "")  # "": no bound
+    target = os.environ.get("FLEXAMEM_WRITE_TARGET", str(DEFAULT_WRITE_TARGET))  # "": no bound
     if records not in ("rule", "llm"):
         raise InvalidInputError("FLEXAMEM_RECORDS must be rule or llm")
     return create_app(
@@ -157,6 +161,8 @@ def app_from_env() -> FastAPI:
             offload_writes=os.environ.get("FLEXAMEM_OFFLOAD_WRITES", "1") != "0",
             max_pending_writes=int(os.environ.get("FLEXAMEM_MAX_PENDING_WRITES", DEFAULT_MAX_PENDING_WRITES)),
             write_wait=float(wait) if wait else None,
+            write_target=(float(target) or None) if target else None,  # "" or 0: off
+            write_nice=int(os.environ.get("FLEXAMEM_WRITE_NICE") or DEFAULT_WRITE_NICE),
             records=records,  # type: ignore[arg-type]
             profile=os.environ.get("FLEXAMEM_PROFILE") or None,
             body_timeout=float(os.environ.get("FLEXAMEM_BODY_TIMEOUT") or DEFAULT_BODY_TIMEOUT),

@@ -1,12 +1,15 @@
-"""Writes do not take the CPU from renders: the costly part of a write (embedding its units and
-pieces) runs in a separate embedding process at a lower scheduling priority (``nice``), one per server
-worker; renders embed their one short query in the worker itself.
+"""The costly part of a write (embedding its units and pieces) runs in a separate embedding process,
+one per server worker, at a scheduling priority of its own (``nice``, ``ServerConfig.write_nice``);
+renders embed their one short query in the worker itself. The process also keeps the measured pace
+that the admission of writes predicts from (server/admission.py).
 
 Nothing else about a write changes: the request is answered once its notes are stored in one
-transaction (with their vectors), so every promise of docs/RELIABILITY.md holds as before. What
-changes is who waits when the two cores are busy: the write (its embedding is scheduled after the
-renders' work), not the renders. If the embedding process dies, a new one is started and the write
-is embedded again (the same model: the same vectors); if that fails too, the worker embeds it itself.
+transaction (with their vectors), so every promise of docs/RELIABILITY.md holds as before. The
+priority decides who waits when the two cores are busy: at ``nice`` 10 the write (its embedding is
+scheduled after the renders' work), at 0 (the default since issue 52) both share the CPU, so writes
+are acknowledged within about a second and more of them are admitted, at some cost to renders
+(docs/PERFORMANCE.md). If the embedding process dies, a new one is started and the write is embedded
+again (the same model: the same vectors); if that fails too, the worker embeds it itself.
 
 A write's wait can be bounded (``ServerConfig.write_wait``, off by default): a write whose vectors are
 not back within its allowance (``write_wait`` seconds per 4,000 characters embedded, at least one
@@ -34,11 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexamem.errors import ServerBusyError
+from flexamem.server.settings import DEFAULT_WRITE_NICE
 from flexamem.write.default_embed import default_embedder
 from flexamem.write.embed import Embedder
 
-DEFAULT_NICE = 10
 CHARS_PER_ALLOWANCE = 4000  # ~1,000 tokens: a write this long (or shorter) waits one allowance at most
+PACE_WEIGHT = 0.3  # the weight of the latest job in the measured pace (an exponential moving average)
 KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most ~60 MB of float32 at 384)
 
 
@@ -62,13 +66,14 @@ _WRITING: contextvars.ContextVar[WriteClock | None] = contextvars.ContextVar("fl
 
 
 @contextlib.contextmanager
-def writing(wait: float | None = None) -> Iterator[None]:
+def writing(wait: float | None = None) -> Iterator[WriteClock]:
     """Mark the code inside as a write: its embeddings go to the embedding process, and wait for their
-    vectors at most ``wait`` seconds per allowance (None: as long as it takes)."""
+    vectors at most ``wait`` seconds per allowance (None: as long as it takes). Yields the write's clock
+    (``chars``: what it has sent to be embedded so far)."""
     clock = WriteClock(time.monotonic(), wait)
     token = _WRITING.set(clock)
     try:
-        yield
+        yield clock
     finally:
         _WRITING.reset(token)
 
@@ -96,7 +101,7 @@ class OffloadedEmbedder:
     """An :class:`~flexamem.write.embed.Embedder` for a server worker: inside :func:`writing` the texts
     are embedded by a lower-priority process, elsewhere (a render's query) in this process."""
 
-    def __init__(self, local: Embedder | None = None, nice: int = DEFAULT_NICE) -> None:
+    def __init__(self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE) -> None:
         self.local = local or default_embedder()
         self.name, self.dim = self.local.name, self.local.dim
         self.nice = nice
@@ -113,6 +118,11 @@ class OffloadedEmbedder:
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # a refused write's vectors, newest last
         self.offloaded = 0  # texts embedded by the embedding process
         self.restarts = 0  # embedding processes that died and were replaced
+        # the embedding process's measured pace (under _jobs_lock): characters sent and not yet embedded,
+        # and seconds per character of its recent jobs (each job's own time, not its wait behind others)
+        self._queued: dict[Future[np.ndarray], tuple[float, int]] = {}  # job -> (sent at, characters)
+        self._last_done = 0.0
+        self._pace: float | None = None
 
     def _pool_locked(self) -> ProcessPoolExecutor:
         """The embedding process (under ``_lock``): a new one, with a first job that loads its model,
@@ -173,6 +183,7 @@ class OffloadedEmbedder:
             with self._jobs_lock:
                 for i, t in enumerate(new):
                     self._running[t] = rows[t] = (job, i)
+                self._queued[job] = (time.monotonic(), sum(len(t) for t in new))
             job.add_done_callback(functools.partial(self._finished, new, pool))
         with self._lock:
             ready = self._ready
@@ -226,7 +237,14 @@ class OffloadedEmbedder:
         """A job is done (in the pool's thread): keep its vectors if its write was refused, or mark its
         process dead."""
         error = None if job.cancelled() else job.exception()
+        now = time.monotonic()
         with self._jobs_lock:
+            sent, chars = self._queued.pop(job, (now, 0))
+            if error is None and not job.cancelled() and chars:
+                # one process, jobs in order: a job ran from when it was sent or the one before it ended
+                seconds = (now - max(sent, self._last_done)) / chars
+                self._pace = seconds if self._pace is None else PACE_WEIGHT * seconds + (1 - PACE_WEIGHT) * self._pace
+            self._last_done = now
             for t in texts:
                 if self._running.get(t, (None, 0))[0] is job:
                     del self._running[t]
@@ -237,6 +255,15 @@ class OffloadedEmbedder:
             if orphan and not job.cancelled() and error is None:
                 for t, v in zip(texts, job.result(), strict=True):
                     self._keep(t, v)
+
+    def backlog(self, chars: int = 0) -> float | None:
+        """Seconds the embedding process is expected to take for what it has been sent and not finished,
+        plus ``chars`` more characters, at the pace of its recent jobs (which the renders' load on the
+        CPU slows); None until a job has been measured."""
+        with self._jobs_lock:
+            if self._pace is None:
+                return None
+            return self._pace * (chars + sum(c for _, c in self._queued.values()))
 
     def close(self) -> None:
         with self._lock:

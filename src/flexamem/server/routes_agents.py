@@ -46,7 +46,7 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
     def step(body: StepIn, history: HistoryName, session_id: SessionName, t: Tenant) -> dict[str, int]:
         """Record one step (``step_id`` makes a retry idempotent)."""
         agent = s.session(t, history, session_id)
-        with s.a_write():
+        with s.a_write([body.action, body.observation, body.messages]):
             number = agent.step(
                 body.action, body.observation, actor=body.actor, messages=body.messages, step_id=body.step_id
             )

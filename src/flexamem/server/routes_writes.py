@@ -1,6 +1,6 @@
 """The routes that write conversations into a history (created with it when new): one session, a batch
 of sessions, OpenAI chat messages. Each is admitted as a write (``ServerState.a_write``: 503 when the
-worker has as many in progress as it admits) and may carry an ``Idempotency-Key``."""
+worker cannot take it in time, server/admission.py) and may carry an ``Idempotency-Key``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
         """Write one conversation session (created with its history when new)."""
         mem = s.opened(t, history)
         turns = [x.model_dump(exclude_none=True) for x in body.turns]
-        with s.a_write():
+        with s.a_write(turns):
             units = mem.add_session(turns, session_id=body.session_id, date=body.date, request_id=request_id)
         s.count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}
@@ -37,7 +37,7 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
             {"turns": [x.model_dump(exclude_none=True) for x in b.turns], "session_id": b.session_id, "date": b.date}
             for b in body.sessions
         ]
-        with s.a_write():
+        with s.a_write(sessions):
             out = mem.add_sessions(sessions, request_id=request_id)
         s.count_llm_tokens(t, mem, [u for units in out for u in units])
         return {"history": history, "sessions": out}
@@ -46,7 +46,7 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
     def add_messages(body: MessagesIn, history: HistoryName, t: Tenant, request_id: RequestId = None) -> dict[str, Any]:
         """Write an OpenAI-format chat history as one session (tool calls and results verbatim)."""
         mem = s.opened(t, history)
-        with s.a_write():
+        with s.a_write(body.messages):
             units = mem.add_messages(body.messages, session_id=body.session_id, date=body.date, request_id=request_id)
         s.count_llm_tokens(t, mem, units)
         return {"history": history, "units": units}

@@ -8,7 +8,9 @@ from typing import Literal
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 DEFAULT_MAX_OPEN = 128  # histories kept open per worker
-DEFAULT_MAX_PENDING_WRITES = 2  # writes admitted at once per worker (docs/PERFORMANCE.md)
+DEFAULT_MAX_PENDING_WRITES = 8  # writes admitted at once per worker, a hard cap (docs/PERFORMANCE.md)
+DEFAULT_WRITE_TARGET = 1.0  # seconds a write may be predicted to wait for its vectors, to be admitted
+DEFAULT_WRITE_NICE = 0  # the embedding process's scheduling priority (10: renders first; docs/PERFORMANCE.md)
 DEFAULT_BODY_TIMEOUT = 30.0  # seconds for a request's body to arrive in full (8 MiB at 280 KB/s)
 DEFAULT_KEEP_ALIVE = 5  # seconds an idle kept-alive connection stays open (uvicorn's default)
 DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a request's line and headers (server/protocol.py)
@@ -31,10 +33,20 @@ class ServerConfig:
     max_open: int = DEFAULT_MAX_OPEN
     """Histories a worker keeps open (least recently used closed first): bounds its memory."""
     offload_writes: bool = True
-    """Embed writes in a lower-priority process (server/ingest.py), so renders keep the CPU."""
+    """Embed writes in a process of their own per worker (server/ingest.py), at ``write_nice``."""
     max_pending_writes: int = DEFAULT_MAX_PENDING_WRITES
     """Writes a worker admits at once (being embedded or stored); one more is answered 503 with
-    ``Retry-After`` at once, storing nothing, so an acknowledged write waits for at most this many."""
+    ``Retry-After`` at once, storing nothing: a hard cap on the queue, whatever its pace."""
+    write_target: float | None = DEFAULT_WRITE_TARGET
+    """With writes in progress, a worker admits one more only if its vectors are predicted to be back
+    within this many seconds (the embedding work ahead of it and its own, at the pace the embedding
+    process kept over its recent jobs); else 503 with ``Retry-After`` at once, storing nothing
+    (server/admission.py). A write arriving when none is in progress is always admitted. None: only
+    ``max_pending_writes`` bounds admission. Offloaded writes only."""
+    write_nice: int = DEFAULT_WRITE_NICE
+    """The scheduling priority (``nice``, 0-19) of each worker's embedding process: the higher, the more
+    the renders get the CPU first and the longer a write waits under load (0, the default: writes and
+    renders share the CPU)."""
     write_wait: float | None = None
     """Offloaded writes: seconds an admitted write waits for its vectors, per 4,000 characters embedded
     (at least one such allowance); past it the write is answered 503 ``ServerBusyError`` with

@@ -16,7 +16,8 @@ from flexamem.errors import InvalidInputError, NotFoundError, ServerBusyError
 from flexamem.memory import Memory, open_store
 from flexamem.profiles import DEFAULT
 from flexamem.profiles import profile as named_profile
-from flexamem.server.ingest import OffloadedEmbedder, writing
+from flexamem.server.admission import Admission, text_chars
+from flexamem.server.ingest import OffloadedEmbedder
 from flexamem.server.keys import AuthThrottle, KeyFile
 from flexamem.server.metrics import Metrics, timed
 from flexamem.server.settings import DEFAULT_MAX_OPEN, ServerConfig
@@ -107,11 +108,12 @@ class ServerState:
     """The record writer (``records='llm'``), or None for the store's own rule writer."""
     offloaded: OffloadedEmbedder | None = None
     """The embedding process of writes (``offload_writes``), warmed and closed with the app."""
-    pending: threading.BoundedSemaphore = field(init=False)
-    """One permit per write admitted at once (``max_pending_writes``)."""
+    admission: Admission = field(init=False)
+    """Which writes this worker takes (``max_pending_writes``, ``write_target``: server/admission.py)."""
 
     def __post_init__(self) -> None:
-        self.pending = threading.BoundedSemaphore(self.config.max_pending_writes)
+        c = self.config
+        self.admission = Admission(c.max_pending_writes, c.write_target, self.offloaded, c.write_wait)
 
     @classmethod
     def open(cls, config: ServerConfig) -> ServerState:
@@ -131,7 +133,8 @@ class ServerState:
             writer = LLMWriter(endpoint.client())
         if endpoint_chosen():  # an embeddings endpoint: the forward runs there, nothing to move off the worker
             default_embedder()  # its configuration checked at start, not at the first request
-        offloaded = OffloadedEmbedder() if config.offload_writes and not endpoint_chosen() else None
+        offload = config.offload_writes and not endpoint_chosen()
+        offloaded = OffloadedEmbedder(nice=config.write_nice) if offload else None
         memories = Memories(config.db, config.max_open, offloaded, writer, config.profile)
         memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
         return cls(config, keys, throttle, memories, Metrics(), writer, offloaded)
@@ -169,23 +172,19 @@ class ServerState:
             self.metrics.llm_tokens.labels(t).inc(tokens)
 
     @contextlib.contextmanager
-    def a_write(self) -> Iterator[None]:
+    def a_write(self, body: Any = None) -> Iterator[None]:
         """One write admitted (or refused at once with ``ServerBusyError``: no write waits unbounded),
-        timed, and bounded by ``write_wait``."""
+        timed, and bounded by ``write_wait``; ``body``: the request's JSON, whose text predicts the
+        write's embedding work."""
         metrics = self.metrics
-        if not self.pending.acquire(blocking=False):  # admitted or refused at once: no write waits unbounded
-            metrics.refused_writes.inc()
-            raise ServerBusyError(
-                f"this server has {self.config.max_pending_writes} writes in progress: nothing was stored, "
-                "send it again after Retry-After seconds"
-            )
-        metrics.backlog.inc()
         try:
-            with timed(metrics.write_seconds), writing(self.config.write_wait):
-                yield
-        except ServerBusyError:  # its vectors were not back within its wait: nothing stored
+            with self.admission.admitted(text_chars(body)):
+                metrics.backlog.inc()
+                try:
+                    with timed(metrics.write_seconds):
+                        yield
+                finally:
+                    metrics.backlog.dec()
+        except ServerBusyError:  # refused at once, or its vectors were not back within its wait: nothing stored
             metrics.refused_writes.inc()
             raise
-        finally:
-            metrics.backlog.dec()
-            self.pending.release()

@@ -1,0 +1,123 @@
+"""server/admission.py with a real embedding process: a write is admitted when it can be acknowledged
+in time at the pace the process was measured to keep, refused at once (nothing done) when it cannot,
+and always admitted when no write is in progress; the hard cap holds whatever the pace."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flexamem.errors import ServerBusyError
+from flexamem.server.admission import FIRST_RATIO, Admission, text_chars
+from flexamem.server.app import ServerConfig, create_app
+from flexamem.server.ingest import OffloadedEmbedder
+from flexamem.server.keys import KeyFile
+
+from starlette.testclient import TestClient  # isort: skip
+
+LINES = [f"line {i} about invoice INV-{i} and the Lisbon trip on the {i}th" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def offloaded() -> Iterator[OffloadedEmbedder]:
+    emb = OffloadedEmbedder()
+    yield emb
+    emb.close()
+
+
+def measured(emb: OffloadedEmbedder) -> None:
+    """One write's texts embedded by the process, so its pace is known."""
+    gate = Admission(1, None, emb)
+    with gate.admitted(text_chars(LINES)):
+        emb.embed(LINES)
+
+
+def test_text_chars_counts_the_strings_of_a_requests_json() -> None:
+    body = [{"speaker": "Ana", "text": "hello"}, {"speaker": "Bo", "text": "hi", "n": 3, "x": None}]
+    assert text_chars(body) == len("Ana") + 5 + len("Bo") + 2
+    assert text_chars(None) == 0 and text_chars(("ab", ["c"])) == 3
+
+
+def test_the_embedding_process_measures_its_pace_and_backlog(offloaded: OffloadedEmbedder) -> None:
+    fresh = OffloadedEmbedder()
+    try:
+        assert fresh.backlog(1000) is None  # nothing measured yet: no prediction
+    finally:
+        fresh.close()
+    measured(offloaded)
+    one, two = offloaded.backlog(1000), offloaded.backlog(2000)
+    assert one is not None and two is not None and 0 < one < two
+    assert two == pytest.approx(2 * one)  # nothing in its queue now: the prediction is the pace times the text
+
+
+def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted(offloaded: OffloadedEmbedder) -> None:
+    measured(offloaded)
+    strict = Admission(8, 1e-6, offloaded)  # no write can be embedded in a microsecond
+    ran = []
+    with strict.admitted(100_000):  # alone: admitted, however long its prediction
+        assert strict.pending == 1
+        predicted = strict.predicted(5_000)
+        assert predicted is not None and predicted > 1e-6
+        with pytest.raises(ServerBusyError, match=r"would wait about .* nothing was stored"), strict.admitted(5_000):
+            ran.append("the second write")  # never: refused before its block runs
+    assert ran == [] and strict.pending == 0
+    loose = Admission(8, 3600.0, offloaded)
+    with loose.admitted(5_000), loose.admitted(5_000):  # within the target: both admitted
+        assert loose.pending == 2
+
+
+def test_the_hard_cap_holds_whatever_the_pace(offloaded: OffloadedEmbedder) -> None:
+    gate = Admission(2, None, offloaded)
+    third = gate.admitted(10)
+    with gate.admitted(10), gate.admitted(10), pytest.raises(ServerBusyError, match="2 writes in progress"), third:
+        pass
+    with gate.admitted(10):  # the permits came back
+        assert gate.pending == 1
+    with pytest.raises(ValueError):
+        Admission(0)
+    with pytest.raises(ValueError):
+        Admission(1, 0.0)
+
+
+def test_the_ratio_of_text_embedded_to_text_sent_is_learned(offloaded: OffloadedEmbedder) -> None:
+    gate = Admission(1, 10.0, offloaded)
+    sent = text_chars(LINES)
+    with gate.admitted(sent):
+        offloaded.embed(LINES)
+        offloaded.embed(LINES)  # this write embeds its text twice
+    assert FIRST_RATIO == 2.0 and gate.ratio == pytest.approx(2.0)
+    with gate.admitted(sent):
+        offloaded.embed(LINES[:20])  # about half
+    assert gate.ratio < 2.0
+
+
+def test_the_server_refuses_a_write_it_predicts_late_and_stores_nothing(tmp_path: Path) -> None:
+    """Through HTTP: with a write in progress, another predicted past ``write_target`` gets 503 with
+    Retry-After and stores nothing; the same write sent once the first is done is stored."""
+    keys = tmp_path / "keys.json"
+    key = KeyFile(str(keys)).add_key("acme")
+    app = create_app(ServerConfig(str(tmp_path / "m.db"), str(keys), write_target=1e-6))
+    turns = [{"speaker": "Ana", "text": line} for line in LINES]
+    with TestClient(app, headers={"Authorization": f"Bearer {key}"}) as client:
+        assert client.post("/v1/histories/h/sessions", json={"session_id": "s0", "turns": turns}).status_code == 200
+        long = [{"speaker": "Ana", "text": f"{line} (long session)"} for line in LINES * 20]
+        done, first = threading.Event(), []
+
+        def write() -> None:
+            first.append(client.post("/v1/histories/h/sessions", json={"session_id": "long", "turns": long}))
+            done.set()
+
+        threading.Thread(target=write).start()
+        admission = app.state.admission
+        while admission.pending == 0 and not done.is_set():
+            done.wait(0.001)
+        r = client.post("/v1/histories/o/sessions", json={"session_id": "x", "turns": turns})
+        done.wait(300)
+        assert first[0].status_code == 200
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert "would wait about" in r.json()["error"]["message"]
+        assert client.get("/v1/histories/o/notes").status_code == 404
+        assert client.post("/v1/histories/o/sessions", json={"session_id": "x", "turns": turns}).status_code == 200
