@@ -124,8 +124,8 @@ def open_times(db: str, histories: list[tuple[str, str]], questions: dict[str, l
             mem.render(q, budget)
             first.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            asked = questions[base]
-            mem.render(asked[1 % len(asked)], budget)
+            asked = questions[base]  # another question than the first (a LongMemEval haystack has one)
+            mem.render(asked[1] if len(asked) > 1 else "What did we talk about last time?", budget)
             warm.append(time.perf_counter() - t0)
             tokens.append(sum(n.raw_tokens for n in notes))
             mem.close()
@@ -182,8 +182,8 @@ async def load(url: str, key: str, names: list[str], bases: dict[str, str], ques
 
 
 def worker_rss(server: Server) -> list[float]:
-    """RSS in MB of the server's worker processes (children of the ``serve`` process, not the embedding
-    processes, which are their children)."""
+    """RSS in MB of the ``serve`` process's children: its workers (and uvicorn's small helper processes;
+    the embedding processes are the workers' children, not counted)."""
     out = subprocess.run(["ps", "-o", "pid=,ppid=,rss=", "-A"], capture_output=True, text=True, check=True).stdout
     table = [tuple(int(x) for x in line.split()) for line in out.splitlines() if line.strip()]
     return [rss / 1024 for pid, ppid, rss in table if ppid == server.proc.pid]
