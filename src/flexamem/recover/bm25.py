@@ -43,15 +43,18 @@ def count_pairs(docs: Sequence[Sequence[str]]) -> Pairs:
     return Pairs(list(vocab), keys // m, keys % m, counts, lengths, m)
 
 
+_NO_DOCS = np.zeros(0, dtype=np.int64)
+_NO_TFS = np.zeros(0, dtype=np.float64)
+
+
 class _Postings:
     """Doc ids (ascending) and term frequencies of one term: numpy arrays, plus a tail of ids added
     one by one that is folded into the arrays when they are next read."""
 
     __slots__ = ("_docs", "_tfs", "tail_docs", "tail_tfs")
 
-    def __init__(self) -> None:
-        self._docs = np.zeros(0, dtype=np.int64)
-        self._tfs = np.zeros(0, dtype=np.float64)
+    def __init__(self, docs: np.ndarray = _NO_DOCS, tfs: np.ndarray = _NO_TFS) -> None:
+        self._docs, self._tfs = docs, tfs  # never written in place: a new array replaces them
         self.tail_docs: list[int] = []
         self.tail_tfs: list[int] = []
 
@@ -126,12 +129,13 @@ class BM25Index:
         ends = np.append(bounds, len(keys)) if len(keys) else bounds
         all_docs, all_tfs = docs_of + start, np.asarray(tfs, dtype=np.float64)
         index = self._postings
-        for first, end in zip(firsts.tolist(), ends.tolist(), strict=True):
-            term = terms[int(keys[first])]
+        for first, end, k in zip(firsts.tolist(), ends.tolist(), keys[firsts].tolist(), strict=True):
+            term = terms[k]
             postings = index.get(term)
-            if postings is None:
-                postings = index[term] = _Postings()
-            postings.extend(all_docs[first:end], all_tfs[first:end])
+            if postings is None:  # a new term (every term of a history's first load): its slices, not copies
+                index[term] = _Postings(all_docs[first:end], all_tfs[first:end])
+            else:
+                postings.extend(all_docs[first:end], all_tfs[first:end])
         self._lengths.extend(lengths.tolist())
         self._total += int(lengths.sum())
         self._length_array = None
