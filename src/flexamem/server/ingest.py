@@ -99,7 +99,8 @@ def _embed(texts: list[str]) -> np.ndarray:  # in the embedding process
 
 class OffloadedEmbedder:
     """An :class:`~flexamem.write.embed.Embedder` for a server worker: inside :func:`writing` the texts
-    are embedded by a lower-priority process, elsewhere (a render's query) in this process."""
+    are embedded by the worker's embedding process (at ``nice``), elsewhere (a render's query) in this
+    process; :meth:`backlog` predicts how long what it was sent will take."""
 
     def __init__(self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE) -> None:
         self.local = local or default_embedder()
