@@ -89,11 +89,14 @@ def test_bulk_loading_builds_the_same_index_as_one_by_one() -> None:
         for d in first + second:
             one.add(d)
             s_one.add(stemmed(d))
-        bulk.add(first[0])  # a mix: one by one, then in bulk, then one by one again
+        bulk.add(first[0])  # a mix: one by one, then in bulk, in bulk again, then one by one
         bulk.add_many(first[1:])
         s_bulk.add(stemmed(first[0]))
         s_bulk.add_many(first[1:], transform=stem)
-        for d in second:
+        half = len(second) // 2  # a second load in bulk: it extends the postings the first one sliced
+        bulk.add_many(second[:half])
+        s_bulk.add_many(second[:half], transform=stem)
+        for d in second[half:]:
             bulk.add(d)
             s_bulk.add(stemmed(d))
         n = len(first) + len(second)
