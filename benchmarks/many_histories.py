@@ -108,12 +108,12 @@ def copies(db: str, n: int, exports: dict[str, list[str]], mix: list[float], see
 def open_times(db: str, histories: list[tuple[str, str]], questions: dict[str, list[str]], budget: int) -> list[str]:
     """Per size, histories never opened: first render, its floor (reading the rows), a warm render."""
     rows = []
+    store = fm.Memory(db).store  # one connection for every floor read
     for size in SIZES:
         picked = [(n, b) for n, b in histories if b.startswith(size + ":")][:8]
         first, floor, warm, tokens = [], [], [], []
         for name, base in picked:
             hid = f"{TENANT}/{name}"
-            store = fm.Memory(db).store
             t0 = time.perf_counter()
             notes = store.load_notes(hid, 0)
             store.load_links(hid, 0)

@@ -133,7 +133,9 @@ def test_crewai_page(tmp_path: Path) -> None:
 
     (code,) = blocks("crewai.md", "python")
     if not Path(PYTHON).exists():
-        pytest.fail(f"{PYTHON} is missing (make crewai-setup)") if REQUIRED else pytest.skip("no CrewAI virtualenv")
+        if REQUIRED:
+            pytest.fail(f"FLEXAMEM_REQUIRE_CREWAI=1 but {PYTHON} is missing (make crewai-setup)")
+        pytest.skip(f"no CrewAI virtualenv at {PYTHON} (make crewai-setup)")
     env = {**os.environ, "HOME": str(tmp_path)}
     done = subprocess.run([PYTHON, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

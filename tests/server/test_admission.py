@@ -63,7 +63,9 @@ def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted
         assert predicted is not None and predicted > 1e-6
         with pytest.raises(ServerBusyError, match=r"would wait about .* nothing was stored"), strict.admitted(5_000):
             ran.append("the second write")  # never: refused before its block runs
-    assert ran == [] and strict.pending == 0
+        with strict.admitted(0):  # nothing to embed (an erasure): not held back by the embedding queue
+            ran.append("an erasure")
+    assert ran == ["an erasure"] and strict.pending == 0
     loose = Admission(8, 3600.0, offloaded)
     with loose.admitted(5_000), loose.admitted(5_000):  # within the target: both admitted
         assert loose.pending == 2

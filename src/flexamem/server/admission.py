@@ -9,7 +9,8 @@ Two rules, both per worker:
   ``write_target``, at the pace the embedding process was measured to keep over its recent jobs (which
   the renders' load on the CPU slows: under load fewer writes are admitted, when the CPU is free more).
   A write's own work is predicted from its text (its characters, times the ratio of characters embedded
-  to characters sent over this worker's recent writes: a turn is embedded as a unit and as pieces).
+  to characters sent over this worker's recent writes: about 1.2 for a session, each turn once and its
+  record). A request with no text to embed (an erasure) is bounded by the first rule only.
 
 A write arriving when none is in progress is always admitted, however long (else a large one would never
 be). Without an embedding process (``offload_writes=False`` or an embeddings endpoint) only the first
@@ -28,7 +29,7 @@ from flexamem.errors import ServerBusyError
 from flexamem.server.ingest import OffloadedEmbedder, WriteClock, writing
 
 RATIO_WEIGHT = 0.3  # the weight of the latest write in the ratio of characters embedded to sent
-FIRST_RATIO = 2.0  # before any write was measured: a turn's text embedded twice (its unit, its pieces)
+FIRST_RATIO = 2.0  # before any write was measured: on the safe side of the ~1.2 measured for sessions
 
 
 def text_chars(value: Any) -> int:
@@ -85,7 +86,7 @@ class Admission:
     def _refusal(self, chars: int) -> str | None:  # under _lock
         if len(self._pending) >= self.max_pending:
             return f"this server has {self.max_pending} writes in progress"
-        if self.target is None or not self._pending:
+        if self.target is None or not self._pending or chars == 0:
             return None
         wait = self._predicted_locked(chars)
         if wait is not None and wait > self.target:
