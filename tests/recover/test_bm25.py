@@ -81,18 +81,27 @@ def test_bulk_loading_builds_the_same_index_as_one_by_one() -> None:
 
     from flexamem.text import stem, stemmed
 
+    queries = (["seat"], ["refund", "4417"], ["flight", "lisbon", "nothing"], ["seats", "a1b2"], [])
+
     @settings(max_examples=150, deadline=None)
-    @given(first=_docs_strategy(), second=_docs_strategy())
-    def check(first: list[list[str]], second: list[list[str]]) -> None:
+    @given(first=_docs_strategy(), second=_docs_strategy(), start_bulk=st.booleans(), peek=st.booleans())
+    def check(first: list[list[str]], second: list[list[str]], start_bulk: bool, peek: bool) -> None:
         one, bulk = BM25Index(), BM25Index()
         s_one, s_bulk = BM25Index(), BM25Index()
         for d in first + second:
             one.add(d)
             s_one.add(stemmed(d))
-        bulk.add(first[0])  # a mix: one by one, then in bulk, in bulk again, then one by one
-        bulk.add_many(first[1:])
-        s_bulk.add(stemmed(first[0]))
-        s_bulk.add_many(first[1:], transform=stem)
+        if start_bulk:  # an empty index's first load: each term's postings made when first asked for
+            bulk.add_many(first)
+            s_bulk.add_many(first, transform=stem)
+        else:  # one by one, then in bulk
+            bulk.add(first[0])
+            bulk.add_many(first[1:])
+            s_bulk.add(stemmed(first[0]))
+            s_bulk.add_many(first[1:], transform=stem)
+        if peek:  # a query between the loads makes some terms' postings before the next load extends them
+            bulk.search(["seat", "refund"])
+            s_bulk.score_all(stemmed(["flights", "4417"]))
         half = len(second) // 2  # a second load in bulk: it extends the postings the first one sliced
         bulk.add_many(second[:half])
         s_bulk.add_many(second[:half], transform=stem)
@@ -100,20 +109,41 @@ def test_bulk_loading_builds_the_same_index_as_one_by_one() -> None:
             bulk.add(d)
             s_bulk.add(stemmed(d))
         n = len(first) + len(second)
-        for query in (["seat"], ["refund", "4417"], ["flight", "lisbon", "nothing"], []):
+        for query in queries:
             for a, b, terms in ((one, bulk, query), (s_one, s_bulk, stemmed(query))):
                 da, sa = a.search(terms)
                 db, sb = b.search(terms)
                 assert da.tolist() == db.tolist()
                 assert np.allclose(sa, sb)
                 assert np.allclose(a.score_docs(terms, list(range(n))), b.score_docs(terms, list(range(n))))
+                assert np.allclose(a.score_all(terms), b.score_all(terms))
+                assert [a.idf(t) for t in terms] == [b.idf(t) for t in terms]
 
     check()
 
 
-def test_add_many_reports_distinct_word_document_pairs() -> None:
-    index = BM25Index()
-    counted = index.add_many([["a", "b", "a"], [], ["b"]])
-    pairs = sorted((counted.words[t], int(d)) for t, d in zip(counted.terms, counted.docs, strict=True))
-    assert pairs == [("a", 0), ("b", 0), ("b", 2)]
-    assert len(index) == 3
+def test_threads_asking_for_a_first_load_term_at_once_all_see_it() -> None:
+    """A render may run without the history's lock (an agent session's context): threads that ask for a
+    term of the first load at once all find its postings, and a write after them extends the postings
+    every later query reads."""
+    import threading
+
+    docs = [[f"w{i % 97}", f"w{(i * 7) % 89}", "shared"] for i in range(600)]
+    for _ in range(20):
+        index = BM25Index()
+        index.add_many(docs)
+        found: list[list[int]] = []
+        gate = threading.Barrier(8)
+
+        def ask(index: BM25Index = index, found: list[list[int]] = found, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            found.append(index.search(["shared", "w3"])[0].tolist())
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert found == [list(range(600))] * 8
+        index.add(["shared"])
+        assert index.search(["shared"])[0].tolist() == list(range(601))

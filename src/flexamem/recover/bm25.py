@@ -5,6 +5,10 @@ index (the whole store of one history). Documents are lists of content words (se
 :func:`flexamem.text.content_words`); a query is a set of content words. Adding a document updates
 postings in place: nothing is rebuilt, and a query only touches the postings of its own terms, so
 its cost grows with the matches, not with the number of documents.
+
+A history's first load (an empty index filled in bulk) keeps its postings as one pair of arrays
+sorted by term, with each term's row: a term's postings object is made the first time a query or a
+later write touches it, so opening a history costs no Python work per distinct word.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class BM25Index:
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
         self._postings: dict[str, _Postings] = {}
+        self._rows: dict[str, int] = {}  # each term of the first load: its row in ``_first``
+        self._first = (_NO_DOCS, _NO_TFS, _NO_DOCS, _NO_DOCS)  # the first load's docs, tfs, row starts, row ends
         self._lengths: list[int] = []
         self._length_array: np.ndarray | None = None
         self._total = 0
@@ -87,12 +93,23 @@ class BM25Index:
     def __len__(self) -> int:
         return len(self._lengths)
 
+    def _get(self, term: str) -> _Postings | None:
+        """The postings of ``term`` (None: no document has it), made from the first load's arrays the
+        first time they are asked for."""
+        postings = self._postings.get(term)
+        if postings is None and (row := self._rows.get(term)) is not None:
+            docs, tfs, firsts, ends = self._first
+            first, end = int(firsts[row]), int(ends[row])
+            # setdefault: two threads making it at once get the same object (a render may run unlocked)
+            postings = self._postings.setdefault(term, _Postings(docs[first:end], tfs[first:end]))
+        return postings
+
     def add(self, terms: Sequence[str]) -> int:
         """Index one document (its content words, repeats kept); returns its id."""
         doc = len(self._lengths)
         index = self._postings
         for term, tf in Counter(terms).items():
-            postings = index.get(term)
+            postings = self._get(term)
             if postings is None:
                 postings = index[term] = _Postings()
             postings.tail_docs.append(doc)
@@ -128,20 +145,24 @@ class BM25Index:
         firsts = np.concatenate([[0], bounds]).astype(np.int64) if len(keys) else bounds
         ends = np.append(bounds, len(keys)) if len(keys) else bounds
         all_docs, all_tfs = docs_of + start, np.asarray(tfs, dtype=np.float64)
-        index = self._postings
-        for first, end, k in zip(firsts.tolist(), ends.tolist(), keys[firsts].tolist(), strict=True):
-            term = terms[k]
-            postings = index.get(term)
-            if postings is None:  # a new term (every term of a history's first load): its slices, not copies
-                index[term] = _Postings(all_docs[first:end], all_tfs[first:end])
-            else:
-                postings.extend(all_docs[first:end], all_tfs[first:end])
+        if not self._lengths and not self._postings:  # a first load: rows, postings made when asked for
+            self._rows = dict(zip(map(terms.__getitem__, keys[firsts].tolist()), range(len(firsts)), strict=True))
+            self._first = (all_docs, all_tfs, firsts, ends)
+        else:
+            index = self._postings
+            for first, end, k in zip(firsts.tolist(), ends.tolist(), keys[firsts].tolist(), strict=True):
+                term = terms[k]
+                postings = self._get(term)
+                if postings is None:  # a new term: its slices, not copies
+                    index[term] = _Postings(all_docs[first:end], all_tfs[first:end])
+                else:
+                    postings.extend(all_docs[first:end], all_tfs[first:end])
         self._lengths.extend(lengths.tolist())
         self._total += int(lengths.sum())
         self._length_array = None
 
     def idf(self, term: str) -> float:
-        postings = self._postings.get(term)
+        postings = self._get(term)
         df = postings.df() if postings else 0
         n = len(self._lengths)
         return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
@@ -161,7 +182,7 @@ class BM25Index:
         lengths = self._lengths_np()
         all_docs, all_scores = [], []
         for term in query:
-            postings = self._postings.get(term)
+            postings = self._get(term)
             if postings is None:
                 continue
             docs, tfs = postings.arrays()
@@ -179,7 +200,7 @@ class BM25Index:
         """Every document's score (0 where no term matches), from the query terms' postings at once:
         cheaper than :meth:`score_docs` once several groups of documents are scored against the same
         query. Summed term by term in query order, as :meth:`search` sums: the same floats."""
-        found = [(term, postings) for term in dict.fromkeys(query) if (postings := self._postings.get(term))]
+        found = [(term, postings) for term in dict.fromkeys(query) if (postings := self._get(term))]
         if not found:
             return np.zeros(len(self._lengths), dtype=np.float64)
         arrays = [postings.arrays() for _, postings in found]
@@ -198,7 +219,7 @@ class BM25Index:
         avgdl = self._avgdl() or 1.0
         norm = self.k1 * (1.0 - self.b + self.b * self._lengths_np()[wanted] / avgdl)
         for term in dict.fromkeys(query):
-            postings = self._postings.get(term)
+            postings = self._get(term)
             if postings is None:
                 continue
             p_docs, p_tfs = postings.arrays()  # ascending doc ids
