@@ -1,6 +1,7 @@
 // FlexA-Mem for the Vercel AI SDK (`ai` 6): a language-model middleware that, before each call, renders
 // the memory for the user's newest message under a token budget and hands it to the model as a system
-// message, and after the call records the turn (the user's message and the model's text) in the memory.
+// message, and after the call records what the call added in the memory: the user's message or the tool
+// calls the call answers with their results, and the model's text.
 //
 //   const model = wrapLanguageModel({ model: openai("gpt-4o-mini"), middleware: flexamemMiddleware({ memory, budget: 4000 }) });
 //   await generateText({ model, prompt: "Which card gets the refund?" });
@@ -35,13 +36,17 @@ export interface MemoryMiddlewareOptions {
 export function flexamemMiddleware(options: MemoryMiddlewareOptions): Middleware {
   const { memory, budget, mode, record = true, header = MEMORY_HEADER, onRender } = options;
 
-  /** The turn to record: the user's message when the call answers one (not a tool result), and the
-   * model's text; nothing when both are empty (a call that only asked for a tool). */
+  /** What this call adds, recorded as one session: the user's message when the call answers one; when
+   * it answers tool results (a later step of a multi-step call), the tool calls of the step before, as
+   * `[tool call <id>] name(input)` lines, and their results verbatim, each under its call's id; then
+   * the model's text. A call's own tool calls are recorded by the call that gets their results, so a
+   * call and its result stay together. Nothing when all are empty (a step that only asked for a tool). */
   async function remember(params: Params, answer: string): Promise<void> {
     const last = params.prompt.at(-1);
     const asked = last?.role === "user" ? textOf(last) : "";
-    const messages = [
+    const messages: Array<Record<string, unknown>> = [
       ...(asked.trim() ? [{ role: "user", content: asked }] : []),
+      ...(last?.role === "tool" ? toolTurns(params.prompt) : []),
       ...(answer.trim() ? [{ role: "assistant", content: answer }] : []),
     ];
     if (record && messages.length) await memory.addMessages(messages, { signal: params.abortSignal });
@@ -91,6 +96,66 @@ export function flexamemMiddleware(options: MemoryMiddlewareOptions): Middleware
       return { stream: stream.pipeThrough(recorded), ...rest };
     },
   };
+}
+
+/** The tool calls the prompt's last run of tool messages answers, and the results, in the chat format
+ * `addMessages` takes (an assistant message with `tool_calls`, then one `tool` message per result). */
+function toolTurns(prompt: Params["prompt"]): Array<Record<string, unknown>> {
+  let start = prompt.length;
+  while (start > 0 && prompt[start - 1]!.role === "tool") start--;
+  const results = prompt.slice(start).flatMap((m) => (m.role === "tool" ? m.content : []));
+  const answered = new Set(results.flatMap((p) => (p.type === "tool-result" ? [p.toolCallId] : [])));
+  const asking = prompt[start - 1];
+  const calls = asking?.role === "assistant" && typeof asking.content !== "string"
+    ? asking.content.flatMap((p) => (p.type === "tool-call" && answered.has(p.toolCallId) ? [p] : []))
+    : [];
+  const called = new Set(calls.map((c) => c.toolCallId));
+  const out: Array<Record<string, unknown>> = [];
+  if (calls.length) {
+    out.push({
+      role: "assistant",
+      content: "",
+      tool_calls: calls.map((c) => ({
+        id: c.toolCallId, type: "function", function: { name: c.toolName, arguments: jsonText(c.input) },
+      })),
+    });
+  }
+  for (const part of results) {
+    if (part.type !== "tool-result") continue;
+    const text = outputText(part.output);
+    if (!text.trim()) continue;
+    // a result whose call is not in the prompt keeps its tool's name and id in its text
+    out.push(called.has(part.toolCallId)
+      ? { role: "tool", name: part.toolName, tool_call_id: part.toolCallId, content: text }
+      : { role: "tool", name: part.toolName, content: `[tool result ${part.toolCallId}] ${text}` });
+  }
+  return out;
+}
+
+type ToolOutput = Extract<Params["prompt"][number], { role: "tool" }>["content"][number] extends infer P
+  ? P extends { type: "tool-result"; output: infer O } ? O : never
+  : never;
+
+/** A tool result's output as text: text kept verbatim, JSON as JSON text, content parts' text joined. */
+function outputText(output: ToolOutput): string {
+  switch (output.type) {
+    case "text":
+    case "error-text":
+      return output.value;
+    case "json":
+    case "error-json":
+      return jsonText(output.value);
+    case "execution-denied":
+      return `[execution denied]${output.reason ? ` ${output.reason}` : ""}`;
+    case "content":
+      return output.value.map((p) => (p.type === "text" ? p.text : `[${p.type}]`)).join("\n");
+    default:
+      return "";
+  }
+}
+
+function jsonText(value: unknown): string {
+  return typeof value === "string" ? value : JSON.stringify(value) ?? "";
 }
 
 /** A prompt message's text (its text parts, joined). */

@@ -3,7 +3,7 @@
 // message within the budget, and each turn is recorded once after the call.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { generateText, streamText, wrapLanguageModel } from "ai";
+import { generateText, jsonSchema, stepCountIs, streamText, tool, wrapLanguageModel } from "ai";
 import { MockLanguageModelV3, convertArrayToReadableStream } from "ai/test";
 import { Memory, type Rendering } from "../src/index.js";
 import { MEMORY_HEADER, flexamemMiddleware } from "../src/ai-sdk.js";
@@ -90,6 +90,52 @@ describe("flexamemMiddleware", () => {
       "user: My Visa ends in 9021; refund the hotel to it.\nassistant: I do not know which card.",
       "user: Which card gets the refund?\nassistant: The refund goes to the Visa ending 9021.",
     ]);
+  });
+
+  test("a tool step: the call and its result are recorded verbatim with the answer, and a later call recovers them", async () => {
+    const memory = new Memory(server.url, { key, history: "tools" });
+    const seen: Prompt[] = [];
+    const model = new MockLanguageModelV3({
+      doGenerate: async (options) => {
+        seen.push(options.prompt as Prompt);
+        const last = options.prompt.at(-1)!;
+        if (last.role === "tool") { // the second step: answer from the tool's result
+          const part = last.content[0]!;
+          const value = part.type === "tool-result" && part.output.type === "json" ? part.output.value : null;
+          const card = (value as { card?: string } | null)?.card ?? "?";
+          return { content: [{ type: "text", text: `Refunded to card ${card}.` }], finishReason, usage, warnings: [] };
+        }
+        if (/which card/i.test(JSON.stringify(last.content))) { // a later call: answer from the memory
+          const memoryText = (options.prompt as Prompt).filter((m) => m.role === "system").map((m) => String(m.content)).join("\n");
+          const found = /"card":"([A-Z]{2}-\d{4})"/.exec(memoryText); // the tool's own result, not the answer's words
+          return { content: [{ type: "text", text: found ? `It was ${found[1]}.` : "I do not know." }], finishReason, usage, warnings: [] };
+        }
+        return {
+          content: [{ type: "tool-call", toolCallId: "call-7", toolName: "refund", input: JSON.stringify({ booking: "LIS-2291" }) }],
+          finishReason: { unified: "tool-calls" as const, raw: "tool_calls" }, usage, warnings: [],
+        };
+      },
+    });
+    const refund = tool({
+      description: "Refund a booking; answers the card refunded.",
+      inputSchema: jsonSchema<{ booking: string }>({ type: "object", properties: { booking: { type: "string" } }, required: ["booking"] }),
+      execute: async ({ booking }) => ({ booking, card: "VX-4417", status: "refunded" }),
+    });
+    const wrapped = wrapLanguageModel({ model, middleware: flexamemMiddleware({ memory, budget: 2000 }) });
+    const first = await generateText({ model: wrapped, prompt: "Refund booking LIS-2291.", tools: { refund }, stopWhen: stepCountIs(3) });
+    assert.equal(first.text, "Refunded to card VX-4417.");
+    assert.equal(seen.length, 2);
+    const raws = (await memory.notes()).map((n) => n.raw);
+    assert.deepEqual(raws, [
+      "user: Refund booking LIS-2291.",
+      'assistant: [tool call call-7] refund({"booking":"LIS-2291"})\n' +
+        'refund: {"booking":"LIS-2291","card":"VX-4417","status":"refunded"}\n' +
+        "assistant: Refunded to card VX-4417.",
+    ]);
+    // a later conversation: the tool's exact string comes back through the memory
+    const later = await generateText({ model: wrapped, prompt: "Which card did the refund go to?" });
+    assert.ok(String(seen.at(-1)!.find((m) => m.role === "system")?.content).includes('"card":"VX-4417"'));
+    assert.equal(later.text, "It was VX-4417.");
   });
 
   test("record: false reads the memory and writes nothing", async () => {
