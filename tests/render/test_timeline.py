@@ -1,8 +1,11 @@
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 import flexamem as fm
 from flexamem.render.timeline import GROUP, Entry, MergePlan, level_counts, next_group, total_tokens
+from flexamem.store.base import MergedRecord
 
 
 def many_sessions(mem: fm.Memory, n: int) -> None:
@@ -85,9 +88,11 @@ def test_merges_fit_target_and_are_written_once() -> None:
     assert all((x.last - x.first + 1) % GROUP == 0 for x in merged[:-1])  # aligned groups, oldest first
     assert [x.first for x in fitted] == sorted(x.first for x in fitted)
     assert fitted[-1].last == 12
+    assert mem.store.load_merged("default") == []  # merged and shown, stored when the render is done
+    assert timeline.flush()
     written = timeline.merges_written
     stored = mem.store.load_merged("default")
-    assert len(stored) == written > 0
+    assert len(stored) == written > 0  # the level-1 merges too, under the level-2 one shown
     # a second fit (even from a fresh timeline over the same store) reuses every merged record
     again = fm.Memory(store=mem.store).renderer.timeline
     assert [x.line for x in again.fit(again.records(13), full // 2)] == [x.line for x in fitted]
@@ -113,3 +118,49 @@ def test_merged_record_keeps_names_and_numbers() -> None:
     assert merged.line.startswith("[u1-u4 · 1 May 2024 – 4 May 2024 · merged]")
     for i in range(4):
         assert f"topic{i}" in merged.line or f"R-{i:04d}" in merged.line
+
+
+def test_a_renders_merges_are_stored_in_one_transaction(tmp_path: Path) -> None:
+    """A history's first render writes every merged record its timeline needs by rule: one commit, not one
+    per record (each a round trip and a flush on PostgreSQL), and the next render reads them back."""
+    db = tmp_path / "m.db"
+    with fm.Memory(db) as mem:
+        many_sessions(mem, 17)
+    with fm.Memory(db) as mem:
+        commits: list[str] = []
+        mem.store.db.set_trace_callback(lambda sql: commits.append(sql) if sql.strip() == "COMMIT" else None)
+        r = mem.render("R-0003", 300)
+        mem.store.db.set_trace_callback(None)
+        assert r.merges_written >= 3
+        assert len(mem.store.load_merged("default")) == r.merges_written
+        assert len(commits) == 1
+    with fm.Memory(db) as again:
+        assert again.render("R-0003", 300).text == r.text
+        assert again.render("R-0003", 300).merges_written == 0
+
+
+def test_another_writers_merged_record_wins_and_the_render_shows_it(tmp_path: Path) -> None:
+    """Two processes merge the same span at once: the first stored wins. When the one another writer
+    stored while this view was rendering differs from the one this view merged by rule, the render
+    renders again and shows the stored record, never its own, and stores nothing built on its own."""
+    db = tmp_path / "m.db"
+    with fm.Memory(db) as mem:
+        many_sessions(mem, 6)
+    mine = fm.Memory(db)
+    assert mine.render("R-0003", 300, mode="pieces").merges_written > 0  # its merged records now cached
+    with fm.Memory(db) as writer:  # the history grows: the next render of ``mine`` merges a new span
+        for i in range(6, 17):
+            writer.add_session([{"speaker": "Ana", "text": f"Topic{i} and the garden, reference R-{i:04d}."}])
+    with fm.Memory(db, read_only=True) as probe:  # the span that render will merge, found storing nothing
+        spans = probe.render("R-0003", 300, mode="pieces").timeline_spans
+    top = next(s for s in spans if s[2] >= 1)  # the oldest entry: the highest merge, shown as it is
+    other = MergedRecord(*top, "an other writer's merged record: R-9999 refunded", 12, "other-writer")
+    with fm.Memory(db) as theirs:  # stored by another process while ``mine`` still holds its cache
+        theirs.store.put_merged("default", other)
+    r = mine.render("R-0003", 300, mode="pieces")
+    assert "R-9999" in r.text  # the stored record, not the one this render had merged by rule
+    assert r.timeline_spans[0] == top
+    stored = {(m.first, m.last, m.level): m for m in mine.store.load_merged("default")}
+    assert stored[top] == other
+    assert mine.verify() == []
+    mine.close()

@@ -170,7 +170,10 @@ class Renderer:
         merge_allowance: int | None = None,
         base: list[Entry] | None = None,
     ) -> Rendering:
-        """Render notes ``0..n-1`` within ``allowance`` tokens (``merge_allowance`` sizes merges)."""
+        """Render notes ``0..n-1`` within ``allowance`` tokens (``merge_allowance`` sizes merges). The
+        merged records the render writes by rule are stored together when it is done (one transaction);
+        should another writer have stored a different one for a span meanwhile, it renders again from
+        what is stored, so a rendering never shows a merged record other than the stored one."""
         n = len(self.history) if n is None else n
         merges_before = self.timeline.merges_written
         if n == 0 or allowance <= 0:
@@ -179,6 +182,21 @@ class Renderer:
             full = self._pass_through(n, allowance, mode)
             if full is not None:
                 return full
+        while True:
+            result = self._render_once(query, allowance, mode, options, n, merge_allowance, base)
+            if self.timeline.flush():
+                return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
+
+    def _render_once(
+        self,
+        query: Query,
+        allowance: int,
+        mode: Mode,
+        options: RenderOptions,
+        n: int,
+        merge_allowance: int | None,
+        base: list[Entry] | None,
+    ) -> Rendering:
         base = base if base is not None else self.timeline.records(n)
         if mode == "auto" and query.agent and query.shell and options.shell_units:
             # a shell agent's outputs (files, test logs) are read whole: unit recovery, its order by
@@ -190,7 +208,7 @@ class Renderer:
             )
         else:
             result = self._units(query, allowance, merge_allowance or allowance, base, n, options)
-        return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
+        return result
 
     # -- pass-through ------------------------------------------------------------------------------
     def _pass_through(self, n: int, allowance: int, mode: str) -> Rendering | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from flexamem.config import Settings
 from flexamem.errors import HistoryDroppedError, StoreFullError, StoreUnavailableError
 from flexamem.history import History
+from flexamem.notes import LLMCall
 from flexamem.render import format as fmt
 from flexamem.store.base import MergedRecord, Store
 from flexamem.tokens import TokenCounter
@@ -83,6 +84,7 @@ class Timeline:
         self._stored: dict[tuple[int, int, int], MergedRecord] | None = None
         self._plans: dict[object, MergePlan] = {}
         self._base: list[Entry] | None = None  # records(n) of the last n
+        self._pending: list[MergedRecord] = []  # merged by rule and shown, not stored yet (see flush)
         self.merges_written = 0
 
     def record(self, seq: int) -> Entry:
@@ -108,11 +110,15 @@ class Timeline:
             return entry
         if self._stored is None:
             self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
-        stored = self._stored.get(key) or self.store.get_merged(self.history_id, first, last, level)
-        if stored is None:  # nobody stored it yet: write it (another process may win the race: keep theirs)
-            if not isinstance(self.writer, RuleWriter) and not self.store.read_only:
+        stored = self._stored.get(key)
+        if stored is None and not isinstance(self.writer, RuleWriter) and not self.store.read_only:
+            stored = self.store.get_merged(self.history_id, first, last, level)  # another process paid for it?
+            if stored is None:
                 raise MergeNeeded(group)  # a model call: made by the caller, outside the history's lock
-            stored = self._write_merge(group)
+        if stored is None:  # by rule, kept for :meth:`flush` (a reader that may not write keeps it in memory)
+            stored, _ = self._merge_of(group)
+            if not self.store.read_only:
+                self._pending.append(stored)
         self._stored[key] = stored
         notes = self.history.notes
         line = fmt.merged_line(notes[first], notes[last], stored.text)
@@ -127,28 +133,55 @@ class Timeline:
             self._stored = {(m.first, m.last, m.level): m for m in self.store.load_merged(self.history_id)}
         self._stored[(group[0].first, group[-1].last, group[0].level + 1)] = self._write_merge(group)
 
+    def _merge_of(self, group: Sequence[Entry]) -> tuple[MergedRecord, list[LLMCall]]:
+        """A merged record of ``group`` by the writer (by rule for a reader that may not write) and the
+        model calls that wrote it."""
+        first, last, level = group[0].first, group[-1].last, group[0].level + 1
+        texts = [self._text_of(e) for e in group]
+        fallback = RuleWriter(merged_words=self.merged_words)
+        writer = fallback if self.store.read_only and not isinstance(self.writer, RuleWriter) else self.writer
+        written = writer.merge_records(texts)
+        merged = MergedRecord(
+            first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
+        )
+        return merged, [dataclasses.replace(c, seq=last) for c in written.calls]
+
     def _write_merge(self, group: Sequence[Entry]) -> MergedRecord:
         """A merged record of ``group`` by the writer, stored once (another process may have stored the
         same span first: theirs is kept and returned)."""
-        first, last, level = group[0].first, group[-1].last, group[0].level + 1
-        texts = [self._text_of(e) for e in group]
-        read_only = self.store.read_only
-        fallback = RuleWriter(merged_words=self.merged_words)
-        writer = fallback if read_only and not isinstance(self.writer, RuleWriter) else self.writer
-        written = writer.merge_records(texts)
-        stored = MergedRecord(
-            first, last, level, written.text, self.counter.count(written.text), written.writer, written.flagged
-        )
-        if not read_only:  # a reader that may not write keeps its rule-written merge in memory
-            calls = [dataclasses.replace(c, seq=last) for c in written.calls]
-            try:
-                stored = self.store.put_merged(self.history_id, stored, calls, epoch=self.epoch())
-                self.merges_written += 1
-            except HistoryDroppedError:
-                pass  # dropped meanwhile: shown once, never stored under a later history
-            except (StoreFullError, StoreUnavailableError):
-                pass  # a full disk or a lost database costs the cache, not the render: kept in memory
+        stored, calls = self._merge_of(group)
+        if not self.store.read_only:  # a reader that may not write keeps its rule-written merge in memory
+            kept = self._store_merges([stored], calls)
+            stored = kept[0] if kept else stored
         return stored
+
+    def _store_merges(self, merged: list[MergedRecord], calls: Sequence[LLMCall] = ()) -> list[MergedRecord] | None:
+        """Store ``merged`` in one transaction (:meth:`Store.put_merged_many`): what is stored for each span,
+        or None when nothing could be (the history dropped meanwhile: shown once, never stored under a
+        later history; a full disk or a lost database: the cache is lost, not the render)."""
+        try:
+            kept = self.store.put_merged_many(self.history_id, merged, calls, epoch=self.epoch())
+        except HistoryDroppedError:
+            return None
+        except (StoreFullError, StoreUnavailableError):
+            return None
+        self.merges_written += len(kept)
+        return kept
+
+    def flush(self) -> bool:
+        """Store the merged records written by rule since the last flush (a render's: one transaction,
+        not one per merge). False when another writer had stored a different record for one of their
+        spans: this timeline's merges are forgotten, to be read again from the store by a new render."""
+        if not self._pending:
+            return True
+        pending, self._pending = self._pending, []
+        kept = self._store_merges(pending)
+        if kept is None or kept == pending:
+            return True
+        self._stored, self._base = None, None
+        self._merged.clear()
+        self._plans.clear()
+        return False
 
     def restore(self, spans: Sequence[Sequence[int]], n: int) -> list[Entry]:
         """Entries for persisted merged spans ``(first, last, level)``, then records up to ``n``."""

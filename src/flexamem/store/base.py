@@ -207,6 +207,19 @@ class Store(Protocol):
         ``epoch``, only while the history has that epoch (else :class:`HistoryDroppedError`)."""
         ...
 
+    def put_merged_many(
+        self,
+        history: str,
+        merged: Sequence[MergedRecord],
+        calls: Sequence[LLMCall] = (),
+        *,
+        epoch: str | None = None,
+    ) -> list[MergedRecord]:
+        """:meth:`put_merged` for several spans in one transaction, in order; returns what is stored for
+        each. When a span another writer stored first differs from the one given, the records after it
+        are not written and the list ends with theirs (the caller merges again from what is stored)."""
+        ...
+
     def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None: ...
 
     def load_merged(self, history: str) -> list[MergedRecord]: ...

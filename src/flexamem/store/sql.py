@@ -572,23 +572,57 @@ class SQLStore:
     ) -> MergedRecord:
         """Keep a merged record (the first one written wins) and the calls that wrote it; with ``epoch``,
         only while the history is still the one the caller read (else :class:`HistoryDroppedError`)."""
+        return self.put_merged_many(history, [merged], calls, epoch=epoch)[0]
+
+    def put_merged_many(
+        self,
+        history: str,
+        merged: Sequence[MergedRecord],
+        calls: Sequence[LLMCall] = (),
+        *,
+        epoch: str | None = None,
+    ) -> list[MergedRecord]:
+        """Keep merged records in order, in one transaction (a render's rule-written merges); returns what
+        is stored for each span. A span another writer stored first keeps theirs; when theirs differs
+        from the one given, the records after it (which may be built on it) are not written and the list
+        returned ends with theirs."""
+        if not merged:
+            return []
+        kept: list[MergedRecord] = []
+        legacy = self._legacy_part(history, 2)  # read before the write: a row another writer kept is checked
         with self._write() as conn:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, False, None, None)
             self._insert_calls(conn, history, calls)
-            last = self._run(
-                conn, "SELECT digest FROM notes WHERE history_id = ? AND seq = ?", (history, merged.last)
-            ).fetchone()
-            m = merged
-            digest = merged_digest(m.first, m.last, m.level, m.text, m.tokens, m.writer, m.flagged,
-                                   (last[0] or "") if last else "")  # fmt: skip
-            self._run(
-                conn,
-                "INSERT INTO merged (history_id, first_seq, last_seq, level, text, tokens, writer, created_at,"
-                " flagged, digest) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-                (history, m.first, m.last, m.level, m.text, m.tokens, m.writer, time.time(), int(m.flagged), digest),
-            )
-        return self.get_merged(history, merged.first, merged.last, merged.level) or merged
+            lasts = sorted({m.last for m in merged})
+            marks = ",".join("?" * len(lasts))
+            found = self._run(conn, f"SELECT seq, digest FROM notes WHERE history_id = ? AND seq IN ({marks})",
+                              (history, *lasts)).fetchall()  # fmt: skip
+            digests = {seq: digest or "" for seq, digest in found}
+            for m in merged:
+                digest = merged_digest(m.first, m.last, m.level, m.text, m.tokens, m.writer, m.flagged,
+                                       digests.get(m.last, ""))  # fmt: skip
+                values = (history, m.first, m.last, m.level, m.text, m.tokens, m.writer, time.time(), int(m.flagged))
+                inserted = self._run(
+                    conn,
+                    "INSERT INTO merged (history_id, first_seq, last_seq, level, text, tokens, writer, created_at,"
+                    " flagged, digest) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                    (*values, digest),
+                ).rowcount
+                if inserted:
+                    kept.append(m)
+                    continue
+                row = self._run(
+                    conn,
+                    f"SELECT {MERGED_COLUMNS} FROM {MERGED_FROM}"
+                    " WHERE m.history_id = ? AND m.first_seq = ? AND m.last_seq = ? AND m.level = ?",
+                    (history, m.first, m.last, m.level),
+                ).fetchone()
+                theirs = _merged(history, row, legacy) if row else m
+                kept.append(theirs)
+                if theirs != m:
+                    break
+        return kept
 
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as conn:
