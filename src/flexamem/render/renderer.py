@@ -244,8 +244,10 @@ class Renderer:
         raw as far as they fit beside the timeline), so no text is counted here."""
         if n == 0 or allowance <= 0:
             return frozenset()
-        chosen = self._plan_units(query, allowance, merge_allowance, base, n, options)[2]
-        return frozenset(c.seq for c in chosen if c.resolution == "raw")
+        while True:  # its merged records are stored as a render's are (see render)
+            chosen = self._plan_units(query, allowance, merge_allowance, base, n, options)[2]
+            if self.timeline.flush():
+                return frozenset(c.seq for c in chosen if c.resolution == "raw")
 
     def _units(
         self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int, options: RenderOptions
