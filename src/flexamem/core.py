@@ -170,6 +170,7 @@ class HistoryCore:
                     self.writer,
                     self.counter,
                     epoch=lambda: self.epoch,
+                    erasures=lambda: self.erasures,
                     merged_words=self.settings.merged_words,
                 )
                 self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)

@@ -85,6 +85,27 @@ def test_merged_records_once_and_read_only_renders(store_path: str, tenant: str)
         reader.add_session([{"speaker": "A", "text": "no"}], session_id="no")
 
 
+def test_merged_records_made_before_an_erasure_are_not_stored_after_it(store_path: str, tenant: str) -> None:
+    """A view merges records from words it read; another process erases some of them before the view
+    stores its merges. Those merges may hold the erased words, so the store keeps none of them (the
+    view said how many erasures it had seen); with the count it sees now, a merge is kept."""
+    from flexamem.store.base import MergedRecord
+
+    mem = fm.Memory(store_path, history=tenant)
+    sessions(mem, 6)
+    seen = mem.store.history_state(tenant)[2]
+    stale = MergedRecord(0, 3, 1, "Session 1: the parcel 1 went to depot 1 (merged before the erasure)", 20, "rule")
+    fm.Memory(store_path, history=tenant).erase(session="x1", reason="asked to forget")
+    with pytest.raises(fm.ConcurrentWriteError, match="erased"):
+        mem.store.put_merged_many(tenant, [stale], erasures=seen)
+    assert mem.store.load_merged(tenant) == []
+    now = mem.store.history_state(tenant)[2]
+    assert now == seen + 1
+    fresh = MergedRecord(0, 3, 1, "Sessions 0-3 (merged after the erasure)", 9, "rule")
+    assert mem.store.put_merged_many(tenant, [fresh], erasures=now) == [fresh]
+    assert [m.text for m in fm.Memory(store_path, history=tenant).store.load_merged(tenant)] == [fresh.text]
+
+
 def test_agent_steps_atomic_idempotent_single_driver(store_path: str, tenant: str) -> None:
     mem = fm.Memory(store_path, history=tenant)
     agent = mem.agent(task="count", budget=700, session_id="s")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flexamem.config import Settings
-from flexamem.errors import HistoryDroppedError, StoreFullError, StoreUnavailableError
+from flexamem.errors import ConcurrentWriteError, HistoryDroppedError, StoreFullError, StoreUnavailableError
 from flexamem.history import History
 from flexamem.notes import LLMCall
 from flexamem.render import format as fmt
@@ -70,11 +70,13 @@ class Timeline:
         counter: TokenCounter,
         *,
         epoch: Callable[[], str | None] = lambda: None,
+        erasures: Callable[[], int | None] = lambda: None,
         merged_words: int = Settings.merged_words,
     ):
         self.merged_words = merged_words  # the rule-written fallback's length (a reader that may not write)
         self.history = history
         self.epoch = epoch  # the history's epoch as its view last read it: merges are stored only under it
+        self.erasures = erasures  # and its erasures: none stored once another erasure landed (its words)
         self.store = store
         self.history_id = history_id
         self.writer = writer
@@ -157,11 +159,13 @@ class Timeline:
 
     def _store_merges(self, merged: list[MergedRecord], calls: Sequence[LLMCall] = ()) -> list[MergedRecord] | None:
         """Store ``merged`` in one transaction (:meth:`Store.put_merged_many`): what is stored for each span,
-        or None when nothing could be (the history dropped meanwhile: shown once, never stored under a
-        later history; a full disk or a lost database: the cache is lost, not the render)."""
+        or None when nothing could be (the history dropped or erased in meanwhile: shown once by a render
+        that began before, never stored; a full disk or a lost database: the cache is lost, not the render)."""
         try:
-            kept = self.store.put_merged_many(self.history_id, merged, calls, epoch=self.epoch())
-        except HistoryDroppedError:
+            kept = self.store.put_merged_many(
+                self.history_id, merged, calls, epoch=self.epoch(), erasures=self.erasures()
+            )
+        except (HistoryDroppedError, ConcurrentWriteError):
             return None
         except (StoreFullError, StoreUnavailableError):
             return None

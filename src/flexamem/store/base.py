@@ -200,11 +200,19 @@ class Store(Protocol):
     def load_steps(self, history: str) -> list[StepRow]: ...
 
     def put_merged(
-        self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = (), *, epoch: str | None = None
+        self,
+        history: str,
+        merged: MergedRecord,
+        calls: Sequence[LLMCall] = (),
+        *,
+        epoch: str | None = None,
+        erasures: int | None = None,
     ) -> MergedRecord:
         """Cache a merged record (and account its model calls); when another writer stored the same
         span first, that one is kept and returned, so every process shows the same text. With
-        ``epoch``, only while the history has that epoch (else :class:`HistoryDroppedError`)."""
+        ``epoch``, only while the history has that epoch (else :class:`HistoryDroppedError`); with
+        ``erasures``, only while it holds that many erasures (else :class:`ConcurrentWriteError`: a
+        record merged before an erasure may hold the words it erased)."""
         ...
 
     def put_merged_many(
@@ -214,6 +222,7 @@ class Store(Protocol):
         calls: Sequence[LLMCall] = (),
         *,
         epoch: str | None = None,
+        erasures: int | None = None,
     ) -> list[MergedRecord]:
         """:meth:`put_merged` for several spans in one transaction, in order; returns what is stored for
         each. When a span another writer stored first differs from the one given, the records after it

@@ -568,11 +568,18 @@ class SQLStore:
 
     # -- caches and accounting ---------------------------------------------------------------------
     def put_merged(
-        self, history: str, merged: MergedRecord, calls: Sequence[LLMCall] = (), *, epoch: str | None = None
+        self,
+        history: str,
+        merged: MergedRecord,
+        calls: Sequence[LLMCall] = (),
+        *,
+        epoch: str | None = None,
+        erasures: int | None = None,
     ) -> MergedRecord:
         """Keep a merged record (the first one written wins) and the calls that wrote it; with ``epoch``,
-        only while the history is still the one the caller read (else :class:`HistoryDroppedError`)."""
-        return self.put_merged_many(history, [merged], calls, epoch=epoch)[0]
+        only while the history is still the one the caller read (else :class:`HistoryDroppedError`);
+        with ``erasures``, only while it holds that many erasures (else :class:`ConcurrentWriteError`)."""
+        return self.put_merged_many(history, [merged], calls, epoch=epoch, erasures=erasures)[0]
 
     def put_merged_many(
         self,
@@ -581,11 +588,14 @@ class SQLStore:
         calls: Sequence[LLMCall] = (),
         *,
         epoch: str | None = None,
+        erasures: int | None = None,
     ) -> list[MergedRecord]:
         """Keep merged records in order, in one transaction (a render's rule-written merges); returns what
         is stored for each span. A span another writer stored first keeps theirs; when theirs differs
         from the one given, the records after it (which may be built on it) are not written and the list
-        returned ends with theirs."""
+        returned ends with theirs. With ``erasures`` (how many the writer's view of the history had seen),
+        nothing is written once another erasure has landed (:class:`ConcurrentWriteError`): records merged
+        from words read before it may hold erased words, and the erasure took out those that did."""
         if not merged:
             return []
         kept: list[MergedRecord] = []
@@ -593,6 +603,12 @@ class SQLStore:
         with self._write() as conn:
             if epoch is not None:
                 self._check_epoch(conn, history, epoch, False, None, None)
+            if erasures is not None:  # an erasure holds the history's row: none lands while this one writes
+                count = self._run(conn, "SELECT COUNT(*) FROM erasures WHERE history_id = ?", (history,)).fetchone()
+                if int(count[0]) != erasures:
+                    raise ConcurrentWriteError(
+                        f"history {history!r} had words erased after this view read it: its merges are not kept"
+                    )
             self._insert_calls(conn, history, calls)
             lasts = sorted({m.last for m in merged})
             marks = ",".join("?" * len(lasts))
