@@ -165,9 +165,7 @@ class Timeline:
             kept = self.store.put_merged_many(
                 self.history_id, merged, calls, epoch=self.epoch(), erasures=self.erasures()
             )
-        except (HistoryDroppedError, ConcurrentWriteError):
-            return None
-        except (StoreFullError, StoreUnavailableError):
+        except (HistoryDroppedError, ConcurrentWriteError, StoreFullError, StoreUnavailableError):
             return None
         self.merges_written += len(kept)
         return kept
