@@ -66,3 +66,31 @@ def test_merge_keeps_names_and_numbers_within_150_words() -> None:
 def test_name_and_number_extraction() -> None:
     assert names_in("Yesterday Ana met Mrs Okafor in Lisbon.") == ["Ana", "Mrs Okafor", "Lisbon"]
     assert numbers_in("Flight at 07:40 cost $1,250 and 3 bags, 15%") == ["07:40", "$1,250", "3", "15%"]
+
+
+# Two sentences whose rarity is exactly equal (3 words seen once; 1 + 1 + 1/2 + 1/3 + 1/6) but whose
+# float sum in a set's iteration order (which follows the process's string hashes) can be a bit over or
+# under 3.0: the record must not depend on PYTHONHASHSEED.
+_TIE_SCRIPT = """
+from flexamem.write.records import RuleWriter
+from flexamem.write.units import cut_session, parse_turns
+from flexamem.tokens import counter
+text = ("delta echo foxtrot golf hotel. alpha bravo charlie. foxtrot golf. golf hotel. "
+        "hotel. hotel. hotel. hotel.")
+[unit] = cut_session(parse_turns([{"speaker": "user", "text": text}]), counter(), session_id="s", date=None,
+                     max_unit_tokens=10**6)
+print(RuleWriter(record_words=7).write_record(unit).text)
+"""
+
+
+def test_conversation_record_does_not_depend_on_the_hash_seed() -> None:
+    import os
+    import subprocess
+    import sys
+
+    records = set()
+    for seed in range(12):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run([sys.executable, "-c", _TIE_SCRIPT], env=env, capture_output=True, text=True, check=True)
+        records.add(out.stdout.strip())
+    assert records == {"user. user: delta echo foxtrot golf hotel."}  # equal scores: the earlier sentence

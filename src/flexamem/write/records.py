@@ -12,6 +12,7 @@ numbers the output holds.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -229,7 +230,7 @@ class RuleWriter:
                 if len(words) < 3:
                     continue
                 names = [n for n in names_in(sentence) if n.lower() not in speaker_words]
-                rarity = sum(1.0 / doc_freq[w] for w in words)
+                rarity = math.fsum(1.0 / doc_freq[w] for w in words)  # exact: never the set's (hash) order
                 score = 2.0 * len(names) + 2.0 * len(numbers_in(sentence)) + rarity
                 candidates.append((score, len(candidates), b.label, cut_words(sentence, 24)))
         chosen: list[tuple[int, str, str]] = []
