@@ -18,7 +18,7 @@ import functools
 import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from flexamem.text import stemmed
 from flexamem.tokens import LineCounts, TokenCounter
 
 Mode = Literal["auto", "units", "pieces"]
+_T = TypeVar("_T")
 MODES: tuple[str, ...] = ("auto", "pieces", "units")
 CUT_MARK = "[… cut to fit the budget]"
 CANDIDATE_ORDERS = ("relevant", "random", "shuffled")
@@ -182,10 +183,18 @@ class Renderer:
             full = self._pass_through(n, allowance, mode)
             if full is not None:
                 return full
+        result = self._merges_stored(
+            lambda: self._render_once(query, allowance, mode, options, n, merge_allowance, base)
+        )
+        return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
+
+    def _merges_stored(self, build: Callable[[], _T]) -> _T:
+        """``build()``, made again until the merged records it wrote are stored: a batch another writer
+        raced (a different record stored for one of its spans) is dropped and built from what is stored."""
         while True:
-            result = self._render_once(query, allowance, mode, options, n, merge_allowance, base)
+            out = build()
             if self.timeline.flush():
-                return dataclasses.replace(result, merges_written=self.timeline.merges_written - merges_before)
+                return out
 
     def _render_once(
         self,
@@ -244,10 +253,8 @@ class Renderer:
         raw as far as they fit beside the timeline), so no text is counted here."""
         if n == 0 or allowance <= 0:
             return frozenset()
-        while True:  # its merged records are stored as a render's are (see render)
-            chosen = self._plan_units(query, allowance, merge_allowance, base, n, options)[2]
-            if self.timeline.flush():
-                return frozenset(c.seq for c in chosen if c.resolution == "raw")
+        chosen = self._merges_stored(lambda: self._plan_units(query, allowance, merge_allowance, base, n, options)[2])
+        return frozenset(c.seq for c in chosen if c.resolution == "raw")
 
     def _units(
         self, query: Query, allowance: int, merge_allowance: int, base: list[Entry], n: int, options: RenderOptions
