@@ -8,6 +8,9 @@ The rule writer is extractive: it never invents text. For conversations it keeps
 richest in names, numbers and rare content words, each under its speaker. For agents it keeps, for
 every step, the call with its key arguments and the first words of what came back, plus the ids and
 numbers the output holds.
+
+A rule-written record is a function of its unit alone, the same in every process: nothing it computes
+depends on the order of a set (string hashes change with each process), and sums of scores are exact.
 """
 
 from __future__ import annotations
