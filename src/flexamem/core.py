@@ -15,6 +15,7 @@ stored one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -30,6 +31,7 @@ from flexamem.digests import Head, body_digest, chain_problems
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
+    FlexaMemError,
     HistoryDroppedError,
     InvalidInputError,
     NotFoundError,
@@ -38,11 +40,13 @@ from flexamem.errors import (
 )
 from flexamem.history import History
 from flexamem.notes import Block, Fields, Note, Record, UnitDraft
+from flexamem.recover import load_cache
 from flexamem.render.renderer import Renderer
 from flexamem.render.result import Rendering
 from flexamem.render.timeline import MergeNeeded, Timeline
-from flexamem.store.base import Erasure, StepRow, Store
+from flexamem.store.base import Erasure, KeptLoad, StepRow, Store
 from flexamem.store.sql import new_epoch
+from flexamem.text import content_words
 from flexamem.tokens import TokenCounter
 from flexamem.write.default_embed import FP32, default_embedder
 from flexamem.write.embed import Embedder
@@ -81,6 +85,26 @@ def request_body(drafts: Sequence[UnitDraft]) -> str:
     """The digest of what a write stores (its units as cut from the caller's input, before a library
     name is given): what a request id is bound to."""
     return body_digest([[d.unit_id, d.kind, d.session_id, d.date, d.raw] for d in drafts])
+
+
+def kept_load_problems(store: Store, history_id: str) -> list[str]:
+    """A history's kept load against its notes: one a load would use (it fits the history's epoch,
+    erasures and notes, :meth:`HistoryCore._first_load`) must be what counting those notes gives."""
+    kept = store.get_kept_load(history_id)
+    epoch, stored, erasures = store.history_state(history_id)
+    if kept is None or kept.version != load_cache.VERSION or not 0 < kept.notes <= stored:
+        return []
+    notes = store.load_notes(history_id)[: kept.notes]
+    if (kept.epoch, kept.erasures, kept.digest) != (epoch, erasures, notes[-1].digest or ""):
+        return []  # never used: a load counts afresh
+    counted = load_cache.count_words([content_words(p.text) for n in notes for p in n.pieces])
+    if load_cache.encode(counted) == kept.data:
+        return []
+    return [
+        f"the kept load of history {history_id!r} (the words of its first {kept.notes} notes' pieces, counted)"
+        " does not match those notes: it was changed past the store (it only ranks pieces; delete its"
+        " load_cache row and the next open counts afresh)"
+    ]
 
 
 class HistoryCore:
@@ -296,9 +320,51 @@ class HistoryCore:
                         f"history {self.history_id!r} is damaged: {problems[0]} (Memory.verify() lists every problem)"
                     )
                 links = [(a, b) for a, b in self.store.load_links(self.history_id, start) if a < end and b < end]
-                history.extend(notes, links)
+                if start == 0:
+                    self._first_load(history, notes, links)
+                else:
+                    history.extend(notes, links)
                 return len(notes)
             raise ConcurrentWriteError(f"history {self.history_id!r} kept being dropped while it was read")
+
+    def _first_load(self, history: History, notes: list[Note], links: list[tuple[int, int]]) -> None:
+        """Load ``notes`` into the empty ``history``: the words of their pieces from the history's kept
+        load where it still fits (:mod:`flexamem.recover.load_cache`), the notes written since counted;
+        else all counted, and the count kept for the next open (a small history, a read-only store or a
+        failed write keeps nothing; the render goes on)."""
+        pieces = sum(len(n.pieces) for n in notes)
+        if pieces < load_cache.MIN_PIECES:
+            history.extend(notes, links)
+            return
+        kept = self.store.get_kept_load(self.history_id)
+        if kept is not None and kept.version == load_cache.VERSION and 0 < kept.notes <= len(notes):
+            covered = sum(len(n.pieces) for n in notes[: kept.notes])
+            fits = (kept.epoch, kept.erasures, kept.digest) == (
+                self.epoch,
+                self.erasures,
+                notes[kept.notes - 1].digest or "",
+            )
+            if fits and pieces - covered <= max(load_cache.MIN_PIECES, covered // 4):
+                try:
+                    words = load_cache.decode(kept.data, covered)
+                except ValueError:
+                    words = None
+                if words is not None:
+                    whole = kept.notes == len(notes)
+                    history.extend(notes[: kept.notes], links if whole else (), words=words)
+                    if not whole:
+                        history.extend(notes[kept.notes :], links)
+                    return
+        history.extend(notes, links)
+        if history.loaded_words is None or self.store.read_only or self.epoch is None:
+            return
+        data = load_cache.encode(history.loaded_words)
+        history.loaded_words = None  # kept by the store now, not by every open view
+        last = notes[-1].digest or ""
+        with contextlib.suppress(FlexaMemError):
+            self.store.put_kept_load(
+                self.history_id, KeptLoad(self.epoch, self.erasures, len(notes), last, load_cache.VERSION, data)
+            )
 
     def notes(self, start: int = 0, stop: int | None = None) -> list[Note]:
         """Notes ``start..stop`` (every note by default), oldest first, with their current links (later

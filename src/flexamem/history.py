@@ -12,8 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from flexamem.notes import Block, Note, Piece
-from flexamem.recover.bm25 import BM25Index, count_pairs
-from flexamem.text import code_terms, content_words, is_identifier, stem, stemmed
+from flexamem.recover.bm25 import BM25Index
+from flexamem.recover.load_cache import LoadedWords, count_words
+from flexamem.text import code_terms, content_words, is_identifier, stemmed
 
 BULK = 256  # pieces from which a load indexes in bulk
 TURN_HEAD = 256  # tokens: a turn's head, what its turn vector is made of (MiniLM reads 256 word pieces)
@@ -43,6 +44,7 @@ class History:
         self.stem_index = BM25Index()  # same docs as ``index``, over Snowball stems
         self._code_index = BM25Index()  # same docs, over names of code (built when first asked for)
         self.identifiers: list[int] = []  # identifier words (codes, ids, numbers) in each doc
+        self.loaded_words: LoadedWords | None = None  # the first load's counting, when it was in bulk
         self._doc_arrays = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0))  # see doc_arrays
         self._turn_starts = np.zeros(0, dtype=np.int64)  # doc ids that begin a turn, as doc_arrays last saw them
         self._turns: dict[object, dict[str, frozenset[int]]] = {}  # piece indexes of each turn, per note
@@ -64,10 +66,16 @@ class History:
     def pieces_count(self) -> int:
         return len(self.piece_of)
 
-    def extend(self, notes: Sequence[Note], links: Sequence[tuple[int, int]] = ()) -> None:
-        """Append written notes (in seq order) and any new link edges."""
+    def extend(
+        self, notes: Sequence[Note], links: Sequence[tuple[int, int]] = (), *, words: LoadedWords | None = None
+    ) -> None:
+        """Append written notes (in seq order) and any new link edges. ``words``: the notes' pieces
+        counted before (a kept load, :mod:`flexamem.recover.load_cache`; only into an empty history),
+        used instead of counting them again."""
         if not notes and not links:
             return
+        if words is not None and (self.notes or len(words.pairs.lengths) != sum(len(n.pieces) for n in notes)):
+            raise ValueError("a kept load fits only the first notes of an empty history")
         docs: list[list[str]] = []
         for note in notes:
             if note.seq != len(self.notes):
@@ -80,12 +88,16 @@ class History:
             self._add_piece_vectors(note)
             previous: object = None
             for piece in note.pieces:
-                docs.append(content_words(piece.text))
+                if words is None:
+                    docs.append(content_words(piece.text))
                 self.piece_of.append((note.seq, piece.index))
                 turn = piece.source_id if piece.source_id is not None else ("block", piece.block)
                 self.turn_start.append(piece.index == 0 or turn != previous)
                 previous = turn
-        self._index(docs)
+        if words is not None:
+            self._index_counted(words)
+        else:
+            self._index(docs)
         if notes:
             start = len(self.notes) - len(notes)
             self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
@@ -103,12 +115,15 @@ class History:
                 self.stem_index.add(stemmed(words))
                 self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
             return
-        pairs = count_pairs(docs)
-        self.index.add_pairs(pairs)
-        self.stem_index.add_pairs(pairs, transform=stem)
-        is_id = np.fromiter((is_identifier(w) for w in pairs.words), dtype=bool, count=len(pairs.words))
-        counts = np.bincount(pairs.docs[is_id[pairs.terms]], minlength=len(docs))
-        self.identifiers.extend(counts.tolist())
+        counted = count_words(docs)
+        if not len(self.index):  # a first load: what a later open may read instead (core's kept load)
+            self.loaded_words = counted
+        self._index_counted(counted)
+
+    def _index_counted(self, words: LoadedWords) -> None:
+        self.index.add_pairs(words.pairs)
+        self.stem_index.add_pairs(words.pairs, mapping=words.stems)
+        self.identifiers.extend(words.identifiers.tolist())
 
     @property
     def code_index(self) -> BM25Index:

@@ -26,7 +26,7 @@ import numpy as np
 from flexamem.budget import allowance as budget_allowance
 from flexamem.chat import message_turn
 from flexamem.config import ClientSettings, Settings, write_settings
-from flexamem.core import HistoryCore, Relabel, request_body
+from flexamem.core import HistoryCore, Relabel, kept_load_problems, request_body
 from flexamem.digests import Head, state_digest
 from flexamem.errors import DuplicateUnitError, InvalidInputError, NotFoundError
 from flexamem.history import History
@@ -423,8 +423,10 @@ class Memory:
         :class:`StoreCorruptError`. What this proves, and against whom: docs/RELIABILITY.md."""
         kept = self._kept_heads(head)
         problems = self.store.verify(self.history_id, kept.pop(self.history_id, None))
+        problems += kept_load_problems(self.store, self.history_id)
         for hid in self.store.sessions(self.history_id):
             problems += self.store.verify(hid, kept.pop(hid, None))
+            problems += kept_load_problems(self.store, hid)
         return problems + [f"history {h!r} of the kept head is not this memory's or its sessions'" for h in kept]
 
     def head(self) -> Head:

@@ -120,8 +120,8 @@ def test_a_postgres_store_of_every_past_schema_upgrades_whole(fixture: Path) -> 
 
 
 def test_fixtures_cover_every_released_schema() -> None:
-    assert {manifest(f)["schema"]["sqlite"] for f in SQLITE} == set(range(1, 7))
-    assert {manifest(f)["schema"]["postgres"] for f in POSTGRES} == set(range(3, 7))
+    assert {manifest(f)["schema"]["sqlite"] for f in SQLITE} == set(range(1, 9))
+    assert {manifest(f)["schema"]["postgres"] for f in POSTGRES} == set(range(3, 9))
     assert any(manifest(f)["agents"] for f in SQLITE if manifest(f)["schema"]["sqlite"] == 1)
 
 

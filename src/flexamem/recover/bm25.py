@@ -47,6 +47,14 @@ def count_pairs(docs: Sequence[Sequence[str]]) -> Pairs:
     return Pairs(list(vocab), keys // m, keys % m, counts, lengths, m)
 
 
+def map_words(words: Sequence[str], transform: Callable[[str], str]) -> tuple[np.ndarray, list[str]]:
+    """Each word's new term number (``transform`` of it, numbered in order of first appearance) and the
+    new terms."""
+    mapped: dict[str, int] = {}
+    term_of = np.fromiter((mapped.setdefault(transform(w), len(mapped)) for w in words), dtype=np.int64)
+    return term_of, list(mapped)
+
+
 _NO_DOCS = np.zeros(0, dtype=np.int64)
 _NO_TFS = np.zeros(0, dtype=np.float64)
 
@@ -126,17 +134,27 @@ class BM25Index:
         self.add_pairs(pairs, transform)
         return pairs
 
-    def add_pairs(self, pairs: Pairs, transform: Callable[[str], str] | None = None) -> None:
-        """Index the documents counted in ``pairs`` (several indexes of one load share the counting)."""
+    def add_pairs(
+        self,
+        pairs: Pairs,
+        transform: Callable[[str], str] | None = None,
+        *,
+        mapping: tuple[np.ndarray, list[str]] | None = None,
+    ) -> None:
+        """Index the documents counted in ``pairs`` (several indexes of one load share the counting).
+        ``mapping`` is :func:`map_words` of ``transform`` over ``pairs.words``, when it was made before
+        (a history's kept load, :mod:`flexamem.recover.load_cache`)."""
         m, counts, lengths = pairs.m, pairs.counts, pairs.lengths
-        if transform is None:
+        if transform is None and mapping is None:
             terms, keys, docs_of = pairs.words, pairs.terms, pairs.docs
             tfs = counts.astype(np.float64)
         else:  # map each distinct word, then merge the pairs that now share a term
-            mapped: dict[str, int] = {}
-            term_of = np.fromiter((mapped.setdefault(transform(w), len(mapped)) for w in pairs.words), dtype=np.int64)
+            if mapping is None:
+                assert transform is not None
+                mapping = map_words(pairs.words, transform)
+            term_of, terms = mapping
             merged, inverse = np.unique(term_of[pairs.terms] * m + pairs.docs, return_inverse=True)
-            terms, keys, docs_of = list(mapped), merged // m, merged % m
+            keys, docs_of = merged // m, merged % m
             tfs = np.bincount(inverse.ravel(), weights=counts.astype(np.float64), minlength=len(merged)).astype(
                 np.float64
             )

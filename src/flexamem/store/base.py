@@ -62,6 +62,20 @@ class MergedRecord:
     flagged: bool = False  # the preferred writer failed; a fallback wrote it
 
 
+@dataclass(frozen=True)
+class KeptLoad:
+    """A history's kept load (:mod:`flexamem.recover.load_cache`) as the store keeps it: what it covers
+    (the history's epoch and erasures; its first ``notes`` notes, the last with digest ``digest``) and
+    its bytes."""
+
+    epoch: str
+    erasures: int
+    notes: int
+    digest: str
+    version: int
+    data: bytes
+
+
 @runtime_checkable
 class Store(Protocol):
     """Persistence for notes. Every write method is atomic: all of it lands, or none of it."""
@@ -232,6 +246,15 @@ class Store(Protocol):
     def get_merged(self, history: str, first: int, last: int, level: int) -> MergedRecord | None: ...
 
     def load_merged(self, history: str) -> list[MergedRecord]: ...
+
+    def get_kept_load(self, history: str) -> KeptLoad | None:
+        """The history's kept load, if one was stored (:mod:`flexamem.recover.load_cache`)."""
+        ...
+
+    def put_kept_load(self, history: str, kept: KeptLoad) -> bool:
+        """Keep ``kept`` in place of the history's kept load while the history still has its epoch, its
+        erasures and its notes; returns whether it was kept."""
+        ...
 
     def record_llm_call(self, history: str, call: LLMCall) -> None: ...
 

@@ -453,5 +453,20 @@ MIGRATIONS.append(
         _POSTGRES_ERASING,
     )
 )
+# 9: a history's load kept (flexamem.recover.load_cache): derived from its notes, replaced when a later
+# load covers more, deleted with the history and by every erasure; not write-once, not in any digest.
+_LOAD_CACHE = """
+    CREATE TABLE load_cache (
+        history_id TEXT PRIMARY KEY, epoch TEXT NOT NULL, erasures INTEGER NOT NULL, notes INTEGER NOT NULL,
+        digest TEXT NOT NULL, version INTEGER NOT NULL, data {blob} NOT NULL
+    );
+"""
+MIGRATIONS.append(
+    Migration(
+        "a history's load kept (the words of its pieces counted), so an open reads it",
+        _LOAD_CACHE.replace("{blob}", "BLOB"),
+        _LOAD_CACHE.replace("{blob}", "BYTEA"),
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 LEGACY_POSTGRES = {1: 3, 2: 4, 3: 5}  # PostgreSQL's own numbering before the shared list -> the shared one

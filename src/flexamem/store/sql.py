@@ -44,7 +44,7 @@ from flexamem.errors import (
     StoreError,
 )
 from flexamem.notes import LLMCall, Note
-from flexamem.store.base import Erasure, MergedRecord, StepRow
+from flexamem.store.base import Erasure, KeptLoad, MergedRecord, StepRow
 from flexamem.store.rows import NOTE_COLUMNS, PIECE_COLUMNS, note_row, notes_from_rows, piece_rows, vector_rows
 
 HISTORY_COLUMNS = "id, kind, meta, created_at, epoch, parent, digest"
@@ -53,9 +53,9 @@ MERGED_COLUMNS = "m.first_seq, m.last_seq, m.level, m.text, m.tokens, m.writer, 
 MERGED_FROM = "merged AS m LEFT JOIN notes AS n ON n.history_id = m.history_id AND n.seq = m.last_seq"
 NOTE_MARKS = ",".join("?" * 22)  # the notes table's 22 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes", "requests", "heads",
-          "legacy", "erasures", "erasing")  # by drop_history  # fmt: skip
+          "legacy", "erasures", "erasing", "load_cache")  # by drop_history  # fmt: skip
 ERASURE_COLUMNS = "n, kind, ids, reason, at, digest, notes, steps"
-SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged")  # the tables an erasure rewrites
+SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged", "load_cache")  # the tables an erasure rewrites
 DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call",
               "erasures": "erasure"}  # fmt: skip
 LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
@@ -348,6 +348,7 @@ class SQLStore:
                 (history, n, kind, ids_json, reason, at, digest, notes_json, steps_json),
             )
             self._run(conn, "DELETE FROM erasing WHERE history_id = ?", (history,))
+            self._run(conn, "DELETE FROM load_cache WHERE history_id = ?", (history,))  # it counted the words
             self._put_head(conn, history)
         self._scrub()
         return erasure_from((n, kind, ids_json, reason, at, digest, notes_json, steps_json))
@@ -639,6 +640,41 @@ class SQLStore:
                 if theirs != m:
                     break
         return kept
+
+    def get_kept_load(self, history: str) -> KeptLoad | None:
+        """The history's kept load (:mod:`flexamem.recover.load_cache`), if one was stored."""
+        rows = self._read(
+            "SELECT epoch, erasures, notes, digest, version, data FROM load_cache WHERE history_id = ?", (history,)
+        )
+        if not rows:
+            return None
+        epoch, erasures, notes, digest, version, data = rows[0]
+        return KeptLoad(str(epoch), int(erasures), int(notes), str(digest), int(version), bytes(data))
+
+    def put_kept_load(self, history: str, kept: KeptLoad) -> bool:
+        """Keep ``kept`` as the history's load, in place of the one before; only while the history still
+        has ``kept.epoch`` and ``kept.erasures`` (an erasure holds the history's row while it runs, so none
+        lands between the check and the write) and ``kept.notes`` notes at least. Returns whether it was
+        kept."""
+        with self._write() as conn:
+            row = self._run(
+                conn,
+                "SELECT COALESCE(epoch, ''), (SELECT COUNT(*) FROM erasures WHERE history_id = ?),"
+                " (SELECT COALESCE(MAX(seq) + 1, 0) FROM notes WHERE history_id = ?) FROM histories WHERE id = ?"
+                + self.SHARE_ROW,
+                (history, history, history),
+            ).fetchone()
+            if row is None or (str(row[0]), int(row[1])) != (kept.epoch, kept.erasures) or int(row[2]) < kept.notes:
+                return False
+            self._run(
+                conn,
+                "INSERT INTO load_cache (history_id, epoch, erasures, notes, digest, version, data)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (history_id) DO UPDATE SET epoch = excluded.epoch,"
+                " erasures = excluded.erasures, notes = excluded.notes, digest = excluded.digest,"
+                " version = excluded.version, data = excluded.data",
+                (history, kept.epoch, kept.erasures, kept.notes, kept.digest, kept.version, kept.data),
+            )
+        return True
 
     def record_llm_call(self, history: str, call: LLMCall) -> None:
         with self._write() as conn:
