@@ -210,6 +210,9 @@ def test_erasure_and_drop_delete_the_kept_load(store_path: str, tenant: str) -> 
         assert kept is not None and any(secret.lower() in w for w in kept_words(kept.data))
         mem.erase(session="secret", reason="asked")
         assert mem.store.get_kept_load(tenant) is None  # deleted in the erasure's transaction
+    if not store_path.startswith("postgresql"):  # and its bytes are in no file of the store (secure_delete)
+        files = [p for p in Path(store_path).parent.iterdir() if p.name.startswith(Path(store_path).name)]
+        assert [p.name for p in files if secret.lower().encode() in p.read_bytes().lower()] == []
     with fm.Memory(store_path, history=tenant) as fresh:
         fresh.render("passport", 400)
         again = fresh.store.get_kept_load(tenant)
