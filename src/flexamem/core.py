@@ -355,11 +355,11 @@ class HistoryCore:
                     if not whole:
                         history.extend(notes[kept.notes :], links)
                     return
-        history.extend(notes, links)
-        if history.loaded_words is None or self.store.read_only or self.epoch is None:
+        history.extend(notes, links, keep_count=True)
+        counted, history.loaded_words = history.loaded_words, None  # the store keeps it, not every open view
+        if counted is None or self.store.read_only or self.epoch is None:
             return
-        data = load_cache.encode(history.loaded_words)
-        history.loaded_words = None  # kept by the store now, not by every open view
+        data = load_cache.encode(counted)
         last = notes[-1].digest or ""
         with contextlib.suppress(FlexaMemError):
             self.store.put_kept_load(

@@ -67,11 +67,17 @@ class History:
         return len(self.piece_of)
 
     def extend(
-        self, notes: Sequence[Note], links: Sequence[tuple[int, int]] = (), *, words: LoadedWords | None = None
+        self,
+        notes: Sequence[Note],
+        links: Sequence[tuple[int, int]] = (),
+        *,
+        words: LoadedWords | None = None,
+        keep_count: bool = False,
     ) -> None:
         """Append written notes (in seq order) and any new link edges. ``words``: the notes' pieces
         counted before (a kept load, :mod:`flexamem.recover.load_cache`; only into an empty history),
-        used instead of counting them again."""
+        used instead of counting them again. ``keep_count``: a first load counted in bulk leaves its
+        count in :attr:`loaded_words` for the caller to keep."""
         if not notes and not links:
             return
         if words is not None and (self.notes or len(words.pairs.lengths) != sum(len(n.pieces) for n in notes)):
@@ -97,7 +103,7 @@ class History:
         if words is not None:
             self._index_counted(words)
         else:
-            self._index(docs)
+            self._index(docs, keep_count)
         if notes:
             start = len(self.notes) - len(notes)
             self._embeddings = _ensure_rows(self._embeddings, len(self.notes))
@@ -106,7 +112,7 @@ class History:
             if b not in self.links[a]:
                 self.links[a].append(b)
 
-    def _index(self, docs: list[list[str]]) -> None:
+    def _index(self, docs: list[list[str]], keep_count: bool = False) -> None:
         """Add the new pieces' words to the BM25 indexes and count their identifier words: one by one
         for a few (a write), in bulk with numpy for many (a history's load)."""
         if len(docs) < BULK:
@@ -116,7 +122,7 @@ class History:
                 self.identifiers.append(sum(1 for w in set(words) if is_identifier(w)))
             return
         counted = count_words(docs)
-        if not len(self.index):  # a first load: what a later open may read instead (core's kept load)
+        if keep_count and not len(self.index):  # a first load: what a later open may read instead
             self.loaded_words = counted
         self._index_counted(counted)
 
