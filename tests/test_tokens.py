@@ -25,8 +25,15 @@ def test_counts_match_an_independent_o200k_implementation() -> None:
         assert c.count(text) == len(_reference.encode_ordinary(text))
 
 
+# Code points unassigned in this Python's Unicode data (14.0 on 3.11): the two implementations' regex
+# engines carry different Unicode tables for them (U+2EBF0, assigned in 15.1, is a letter to the
+# reference's ``regex`` module and not to tiktoken's), so whether "\U0002ebf0/A" splits before "/" is a
+# matter of table versions, not of this counter. Assigned code points are fuzzed in full.
+ASSIGNED_TEXT = st.text(st.characters(exclude_categories=("Cn", "Cs")), max_size=200)
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.text(max_size=200))
+@given(ASSIGNED_TEXT)
 def test_fuzz_counts_match_reference(text: str) -> None:
     assert counter().encode(text) == _reference.encode_ordinary(text)
 
