@@ -94,7 +94,10 @@ def kept_load_problems(store: Store, history_id: str) -> list[str]:
     epoch, stored, erasures = store.history_state(history_id)
     if kept is None or kept.version != load_cache.VERSION or not 0 < kept.notes <= stored:
         return []
-    notes = store.load_notes(history_id)[: kept.notes]
+    try:
+        notes = store.load_notes(history_id)[: kept.notes]
+    except StoreCorruptError:
+        return []  # a damaged note: store.verify names it, and no load reads past it
     if (kept.epoch, kept.erasures, kept.digest) != (epoch, erasures, notes[-1].digest or ""):
         return []  # never used: a load counts afresh
     counted = load_cache.count_words([content_words(p.text) for n in notes for p in n.pieces])

@@ -224,3 +224,21 @@ def test_erasure_and_drop_delete_the_kept_load(store_path: str, tenant: str) -> 
         assert not fresh.store.put_kept_load(tenant, KeptLoad(again.epoch, 0, again.notes, again.digest, 1, b"x"))
         fresh.drop()
         assert fresh.store.get_kept_load(tenant) is None
+
+
+def test_verify_with_a_kept_load_and_a_damaged_note_lists_it_and_does_not_raise(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    with fm.Memory(db) as mem:
+        write(mem)
+    with fm.Memory(db) as mem:
+        mem.render(QUESTIONS[0], 500)
+        assert mem.store.get_kept_load("default") is not None
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TRIGGER notes_no_update")  # a change made past the triggers
+    raw.execute("UPDATE notes SET fields = '{' WHERE seq = 1")  # a row that cannot be read
+    raw.commit()
+    raw.close()
+    problems = fm.Memory(db).verify()
+    assert problems and any("note 1" in p for p in problems)
