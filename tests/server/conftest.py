@@ -21,6 +21,7 @@ class Server:
     db: Path
     keyfile: Path
     log: Path
+    pid: int  # the server's process: its children are the workers
 
     def client(self, tenant: str | None = "acme") -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}
@@ -39,5 +40,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     keyfile, db, log = root / "keys.json", root / "m.db", root / "server.log"
     keys = {t: cli("serve", "--keys", str(keyfile), "--add-key", t).strip().splitlines()[-1] for t in ("acme", "other")}
     proc = ServerProcess(str(db), keyfile, log, workers=2, args=("--max-body", "200000")).start(timeout=90)
-    yield Server(proc.url, keys, db, keyfile, log)
+    assert proc.proc is not None
+    yield Server(proc.url, keys, db, keyfile, log, proc.proc.pid)
     proc.stop()

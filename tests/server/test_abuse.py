@@ -171,7 +171,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
               "--keep-alive", str(KEEP_ALIVE), "--auth-burst", str(BURST), "--auth-rate", str(RATE),
               "--max-header-bytes", "8192", "--max-headers", "50", "--no-offload")  # fmt: skip
     proc = ServerProcess(str(db), keyfile, log, workers=WORKERS, args=limits).start(timeout=90)
-    yield Server(proc.url, {"acme": key}, db, keyfile, log)
+    assert proc.proc is not None
+    yield Server(proc.url, {"acme": key}, db, keyfile, log, proc.proc.pid)
     proc.stop()
 
 

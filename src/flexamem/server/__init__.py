@@ -50,15 +50,23 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
         import tempfile
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="flexamem-metrics-")
-    uvicorn.run(
-        "flexamem.server.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        access_log=False,
-        http="flexamem.server.protocol:GuardedH11Protocol",  # h11 with deadlines and bounds on requests' heads
-        timeout_keep_alive=config.keep_alive,
-        h11_max_incomplete_event_size=config.max_header_bytes,
-    )
+    options: dict[str, Any] = {
+        "app": "flexamem.server.app:app_from_env",
+        "factory": True,
+        "log_level": "warning",
+        "access_log": False,
+        "http": "flexamem.server.protocol:GuardedH11Protocol",  # h11 with deadlines and bounds on requests' heads
+        "timeout_keep_alive": config.keep_alive,
+        "h11_max_incomplete_event_size": config.max_header_bytes,
+    }
+    from flexamem.server import workers as processes
+
+    if workers > 1 and processes.available():  # a socket per worker: new connections spread over them
+        try:
+            code = processes.run_workers(options, host, port, workers)
+        except OSError as exc:  # the port is taken (or not ours): said once, before any worker starts
+            raise SystemExit(f"flexamem serve: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        if code:
+            raise SystemExit(code)
+        return
+    uvicorn.run(host=host, port=port, workers=workers, **options)

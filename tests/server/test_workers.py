@@ -1,0 +1,205 @@
+"""``flexamem serve --workers N`` on Linux (server/workers.py): a listening socket per worker, so that a
+burst of kept-alive connections is spread over the workers; a killed worker is started again; a taken
+port or a worker that cannot start stops the server with a clear message."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flexamem.server import workers as processes
+from tests.servers import ServerProcess, free_port
+
+from .conftest import Server, cli
+
+pytestmark = pytest.mark.skipif(not processes.available(), reason="SO_REUSEPORT spreads connections on Linux only")
+
+
+def children(pid: int) -> list[int]:
+    """The server's workers: its children but multiprocessing's resource tracker."""
+    found = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:  # gone since
+            continue
+        if b"resource_tracker" not in command:
+            found.append(int(child))
+    return found
+
+
+def sockets_of(pid: int) -> set[int]:
+    """The inodes of the sockets process ``pid`` holds open."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def tcp_sockets(port: int, state: str) -> set[int]:
+    """Inodes of the IPv4 TCP sockets on local port ``port`` in ``state`` (0A listening, 01 established)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+            found.add(int(fields[9]))
+    return found
+
+
+def port_of(server: Server) -> int:
+    return int(server.url.rsplit(":", 1)[1])
+
+
+def listening_workers(pid: int, port: int, count: int = 2, timeout: float = 90) -> dict[int, set[int]]:
+    """The server's workers and the listening sockets each holds on ``port``, once ``count`` of them
+    listen (``/health`` answers as soon as the first does; the next may still be loading)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listening = tcp_sockets(port, "0A")
+        held = {worker: sockets_of(worker) & listening for worker in children(pid)}
+        if sum(1 for h in held.values() if h) >= count or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
+def test_each_worker_listens_on_a_socket_of_its_own(server: Server) -> None:
+    held = list(listening_workers(server.pid, port_of(server)).values())
+    assert len(held) == 2
+    assert all(len(h) == 1 for h in held), held  # one listening socket each ...
+    assert held[0] != held[1]  # ... not one shared by both (uvicorn's own --workers shares one)
+
+
+def test_a_burst_of_connections_is_spread_over_the_workers(server: Server) -> None:
+    """16 connections opened at once, three times: each time both workers hold some (with one shared
+    socket, one worker took all 16 in 2 bursts of 5; with a socket each, that has a chance of 2 in 65,536)."""
+    port = port_of(server)
+    workers = list(listening_workers(server.pid, port))
+
+    async def burst() -> Counter[int]:
+        limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+            answers = await asyncio.gather(*(client.get("/health") for _ in range(16)))
+            assert all(a.status_code == 200 for a in answers)
+            established = tcp_sockets(port, "01")
+            return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
+
+    for _ in range(3):
+        held = asyncio.run(burst())
+        assert sum(held.values()) == 16, held
+        assert all(held[pid] > 0 for pid in workers), held
+
+
+def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
+    keyfile = tmp_path / "keys.json"
+    key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    assert server.proc is not None
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
+            body = {"session_id": "s1", "turns": [{"speaker": "Ana", "text": "The ferry leaves at 9."}]}
+            assert c.post("/v1/histories/h/sessions", json=body).status_code == 200
+        before = children(server.proc.pid)
+        os.kill(before[0], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            now = children(server.proc.pid)
+            if len(now) == 2 and before[0] not in now:
+                break
+            time.sleep(0.2)
+        now = children(server.proc.pid)
+        assert len(now) == 2 and before[0] not in now and before[1] in now, (before, now)
+        answered = []
+        for _ in range(12):  # new connections, spread over both workers: the new one answers too
+            for _ in range(60):
+                try:
+                    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
+                        r = c.post("/v1/histories/h/render", json={"query": "ferry", "budget": 300})
+                    break
+                except httpx.ConnectError:  # the new worker was still binding: not a refusal of ours
+                    time.sleep(0.5)
+            answered.append(r.status_code == 200 and "ferry leaves at 9" in r.text)
+        assert all(answered)
+        assert "starting another" in server.log.read_text()
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0  # SIGTERM: the workers finish, the server exits cleanly
+
+
+def test_a_taken_port_is_said_at_once(tmp_path: Path) -> None:
+    keyfile = tmp_path / "keys.json"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "flexamem", "serve", "--db", str(tmp_path / "m.db"), "--keys", str(keyfile),
+             "--port", str(port), "--workers", "2"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
+    """Record writing by an LLM with no endpoint set: each worker fails to make the app (the command
+    itself checks the key file and the store, not this); the server exits with uvicorn's code 3 instead
+    of starting workers again for ever."""
+    keyfile = tmp_path / "keys.json"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEXAMEM_LLM_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "flexamem", "serve", "--db", str(tmp_path / "m.db"), "--keys", str(keyfile),
+         "--port", str(free_port()), "--workers", "2", "--records", "llm"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == processes.STARTUP_FAILURE, done.stderr[-2000:]
+    assert "records='llm' needs an endpoint" in done.stderr
+    assert "a worker could not start" in done.stderr
+
+
+def test_a_worker_socket_answers_without_nagle() -> None:
+    """A connection accepted on a worker's socket has Nagle's algorithm off (TCP_NODELAY), as on
+    uvicorn's own: asyncio sets it only on sockets whose proto says TCP, and with it on, an answer
+    written in two sends (head, then body) waited ~40 ms for the client's delayed ACK (measured:
+    sequential renders on one connection 48 ms against 11 ms)."""
+    listening = processes.bind("127.0.0.1", 0)
+    listening.listen()
+    port = listening.getsockname()[1]
+    seen: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        made = loop.create_future()
+
+        class Note(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                made.set_result(None)
+
+        server = await loop.create_server(Note, sock=listening)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.wait_for(made, 10)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0
