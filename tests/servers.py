@@ -72,15 +72,33 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def workers(self) -> list[int]:
+        """The pids of the server's workers."""
+        assert self.proc is not None
+        return worker_pids(self.proc.pid)
+
     def embedders(self) -> list[int]:
         """The pids of the embedding processes: the workers' children (two levels below the server)."""
-        assert self.proc is not None
-        parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-        workers = {p for p, parent in parents.items() if parent == self.proc.pid}
-        return [p for p, parent in parents.items() if parent in workers]
+        return [child for worker in self.workers() for child in children_of(worker)]
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of process ``pid``'s children (none if it is gone)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The workers of the ``flexamem serve`` process ``server_pid``: its children but multiprocessing's
+    resource tracker (started beside the workers it spawns)."""
+    found = []
+    for child in children_of(server_pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:  # gone since
+            continue
+        if b"resource_tracker" not in command:
+            found.append(child)
+    return found

@@ -301,9 +301,7 @@ def test_an_embedding_process_whose_worker_dies_exits_too(tmp_path: Path) -> Non
                 assert c.post(f"/v1/histories/h{i}/sessions", json=body).status_code == 200
         embedders = server.embedders()
         assert embedders, "no embedding process started"
-        assert server.proc is not None
-        workers = {int(p) for p in Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()}
-        for pid in workers:
+        for pid in server.workers():
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in embedders):

@@ -18,24 +18,11 @@ import httpx
 import pytest
 
 from flexamem.server import workers as processes
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, worker_pids
 
 from .conftest import Server, cli
 
 pytestmark = pytest.mark.skipif(not processes.available(), reason="SO_REUSEPORT spreads connections on Linux only")
-
-
-def children(pid: int) -> list[int]:
-    """The server's workers: its children but multiprocessing's resource tracker."""
-    found = []
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        try:
-            command = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:  # gone since
-            continue
-        if b"resource_tracker" not in command:
-            found.append(int(child))
-    return found
 
 
 def sockets_of(pid: int) -> set[int]:
@@ -71,7 +58,7 @@ def listening_workers(pid: int, port: int, count: int = 2, timeout: float = 90) 
     deadline = time.monotonic() + timeout
     while True:
         listening = tcp_sockets(port, "0A")
-        held = {worker: sockets_of(worker) & listening for worker in children(pid)}
+        held = {worker: sockets_of(worker) & listening for worker in worker_pids(pid)}
         if sum(1 for h in held.values() if h) >= count or time.monotonic() > deadline:
             return held
         time.sleep(0.2)
@@ -114,15 +101,15 @@ def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
             body = {"session_id": "s1", "turns": [{"speaker": "Ana", "text": "The ferry leaves at 9."}]}
             assert c.post("/v1/histories/h/sessions", json=body).status_code == 200
-        before = children(server.proc.pid)
+        before = worker_pids(server.proc.pid)
         os.kill(before[0], signal.SIGKILL)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            now = children(server.proc.pid)
+            now = worker_pids(server.proc.pid)
             if len(now) == 2 and before[0] not in now:
                 break
             time.sleep(0.2)
-        now = children(server.proc.pid)
+        now = worker_pids(server.proc.pid)
         assert len(now) == 2 and before[0] not in now and before[1] in now, (before, now)
         answered = []
         for _ in range(12):  # new connections, spread over both workers: the new one answers too
