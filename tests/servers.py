@@ -83,11 +83,20 @@ class ServerProcess:
 
 
 def children_of(pid: int) -> list[int]:
-    """The pids of process ``pid``'s children (none if it is gone)."""
+    """The pids of process ``pid``'s children, started by any of its threads (``/proc/PID/task/TID/children``
+    lists only the children of thread TID: an embedding process started again from a request's thread
+    is missing from the main thread's list). None if it is gone."""
+    found: list[int] = []
     try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
-        return []
+        return found
+    for thread in threads:
+        try:
+            found += [int(p) for p in (thread / "children").read_text().split()]
+        except OSError:  # the thread ended since
+            continue
+    return found
 
 
 def worker_pids(server_pid: int) -> list[int]:
