@@ -99,6 +99,12 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def cpu_ticks(pid: int) -> int:
+    """The CPU time process ``pid`` has used so far, in clock ticks (user + system, ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def worker_pids(server_pid: int) -> list[int]:
     """The workers of the ``flexamem serve`` process ``server_pid``: its children but multiprocessing's
     resource tracker (started beside the workers it spawns)."""

@@ -4,17 +4,22 @@ and always admitted when no write is in progress; the hard cap holds whatever th
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flexamem.errors import ServerBusyError
 from flexamem.server.admission import FIRST_RATIO, Admission, text_chars
 from flexamem.server.app import ServerConfig, create_app
-from flexamem.server.ingest import OffloadedEmbedder
+from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
+from flexamem.write.default_embed import default_embedder
+from tests.servers import cpu_ticks
 
 from starlette.testclient import TestClient  # isort: skip
 
@@ -123,3 +128,49 @@ def test_the_server_refuses_a_write_it_predicts_late_and_stores_nothing(tmp_path
         assert "would wait about" in r.json()["error"]["message"]
         assert client.get("/v1/histories/o/notes").status_code == 404
         assert client.post("/v1/histories/o/sessions", json={"session_id": "x", "turns": turns}).status_code == 200
+
+
+def test_with_two_processes_writes_admitted_together_are_embedded_side_by_side() -> None:
+    """``embed_processes=2``: each of two writes in flight has a process of its own (both do the work, the
+    vectors are the local embedder's), and the prediction for a third counts the process that is free."""
+    others = set(multiprocessing.active_children())
+    emb = OffloadedEmbedder(processes=2)
+    try:
+        measured(emb)
+        children = [c.pid for c in set(multiprocessing.active_children()) - others if c.pid is not None]
+        assert len(children) == 2  # each started with the pool, its model loaded
+
+        before = {pid: cpu_ticks(pid) for pid in children}
+        texts = {w: [f"{line} (write {w}, copy {n})" for n in range(60) for line in LINES] for w in ("a", "b")}
+        out: dict[str, object] = {}
+        assert emb.backlog(0) == 0  # nothing in flight: nothing ahead
+
+        def write(w: str) -> None:
+            with writing():
+                out[w] = emb.embed(texts[w])
+
+        first = threading.Thread(target=write, args=("a",))
+        first.start()
+        deadline = time.monotonic() + 60
+        while emb.jobs_in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        one_in_flight = emb.backlog(0), emb.backlog(1000)
+        second = threading.Thread(target=write, args=("b",))
+        second.start()
+        while emb.jobs_in_flight < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        two_in_flight = emb.backlog(0)
+        first.join(600)
+        second.join(600)
+        assert one_in_flight[0] == 0 and one_in_flight[1] is not None and one_in_flight[1] > 0  # a process free
+        assert two_in_flight is not None and two_in_flight > 0  # both busy: the next job waits for one
+        local = default_embedder()
+        for w in ("a", "b"):
+            vectors = out[w]
+            assert isinstance(vectors, np.ndarray) and vectors.shape == (len(texts[w]), local.dim)
+            assert np.allclose(vectors[:3], local.embed(texts[w][:3]), atol=1e-5)
+        assert all(cpu_ticks(pid) > before[pid] + 50 for pid in children)  # both processes did the work
+    finally:
+        emb.close()
+    with pytest.raises(ValueError, match="at least 1"):
+        OffloadedEmbedder(processes=0)

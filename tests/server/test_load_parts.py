@@ -21,7 +21,9 @@ from flexamem.server.app import Memories, ServerConfig, create_app
 from flexamem.server.ingest import OffloadedEmbedder, writing
 from flexamem.server.keys import KeyFile
 from flexamem.write.default_embed import default_embedder
+from flexamem.write.embed import usable_cores
 from tests.llm.fake_server import FakeOpenAI
+from tests.servers import cpu_ticks
 
 from starlette.testclient import TestClient  # isort: skip
 
@@ -116,7 +118,7 @@ def test_open_histories_are_bounded_and_reopen_from_the_store(tmp_path: Path) ->
 
 @pytest.fixture()
 def offloaded() -> Iterator[OffloadedEmbedder]:
-    emb = OffloadedEmbedder()
+    emb = OffloadedEmbedder(processes=1)  # the tests that kill it find the one process
     yield emb
     emb.close()
 
@@ -132,22 +134,33 @@ def test_writes_are_embedded_by_a_process_of_their_own_at_the_priority_set(nice:
         with writing():
             vectors = offloaded.embed(texts)
         assert np.allclose(vectors, local, atol=1e-5) and offloaded.offloaded == 5
-        [child] = set(multiprocessing.active_children()) - others
+        children = [c.pid for c in set(multiprocessing.active_children()) - others if c.pid is not None]
+        assert len(children) == offloaded.processes == min(2, usable_cores())  # by the machine, by default
         ours = os.getpriority(os.PRIO_PROCESS, 0)
-        assert child.pid is not None and os.getpriority(os.PRIO_PROCESS, child.pid) == min(19, ours + nice)
+        assert all(os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + nice) for pid in children)
     finally:
         offloaded.close()
 
 
-def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, offloaded: OffloadedEmbedder) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_killed_embedding_process_loses_and_doubles_nothing(tmp_path: Path, processes: int) -> None:
+    offloaded = OffloadedEmbedder(processes=processes)
+    try:
+        killed_and_written(tmp_path, offloaded)
+    finally:
+        offloaded.close()
+
+
+def killed_and_written(tmp_path: Path, offloaded: OffloadedEmbedder) -> None:
     memories = Memories(str(tmp_path / "m.db"), embedder=offloaded)
     mem = memories.get("t", "big")
     others = set(multiprocessing.active_children())
     with writing():
         offloaded.embed(["warm"])  # the embedding process is up
-    for child in set(multiprocessing.active_children()) - others:  # and killed before the write's job
-        child.kill()
-        child.join(timeout=30)
+    started = sorted(set(multiprocessing.active_children()) - others, key=lambda c: c.pid or 0)
+    assert len(started) == offloaded.processes
+    started[0].kill()  # one of them killed before the write's job (the pool is then replaced whole)
+    started[0].join(timeout=30)
     long_session = [{"speaker": "Ana", "text": f"line {i} of a long session about invoice INV-{i}"} for i in range(600)]
     with writing():
         units = mem.add_session(long_session, session_id="long")
@@ -201,10 +214,6 @@ def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: Offlo
     [child] = set(multiprocessing.active_children()) - others
     assert child.pid is not None
 
-    def cpu_ticks() -> int:
-        fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
     texts = [f"invoice INV-{i} for the Lisbon trip, paid on day {i % 28}" for i in range(3000)]
     out: list[np.ndarray] = []
 
@@ -213,10 +222,10 @@ def test_an_embedding_process_killed_mid_job_has_the_job_redone(offloaded: Offlo
             out.append(offloaded.embed(texts))
 
     worker = threading.Thread(target=job)
-    before = cpu_ticks()
+    before = cpu_ticks(child.pid)
     worker.start()
     deadline = time.monotonic() + 60
-    while cpu_ticks() < before + 20 and time.monotonic() < deadline:  # the job is being computed
+    while cpu_ticks(child.pid) < before + 20 and time.monotonic() < deadline:  # the job is being computed
         time.sleep(0.01)
     child.kill()
     worker.join(timeout=600)
@@ -251,7 +260,7 @@ def test_writes_past_the_bound_are_refused_with_retry_after_and_store_nothing(tm
         while samples(client.get("/metrics").text)[("flexamem_ingest_backlog", ())] < 1:  # the long one is in
             assert time.monotonic() < deadline and not done.is_set()
             time.sleep(0.005)
-        refused = []
+        refused: list[Any] = []
         while not refused and not done.is_set() and time.monotonic() < deadline:
             r = client.post("/v1/histories/other/sessions", json={"session_id": f"x{len(refused)}", "turns": TURNS})
             if r.status_code == 503:

@@ -411,6 +411,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not 0 <= args.write_nice <= 19:
             raise InvalidInputError("--write-nice must be 0 to 19")
         limit["write_nice"] = args.write_nice
+    if args.embed_processes is not None:
+        if args.embed_processes < 1:
+            raise InvalidInputError("--embed-processes must be at least 1")
+        limit["embed_processes"] = args.embed_processes
     if args.write_wait is not None:
         if args.write_wait < 0:
             raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
@@ -561,6 +565,12 @@ def add_store_commands(sub: Any) -> None:
         type=float,
         help="with writes in progress, admit one only if its vectors are predicted within this many seconds "
         "at the embedding process's measured pace, else 503 with Retry-After (default 1; 0: no such bound)",
+    )
+    p.add_argument(
+        "--embed-processes",
+        type=int,
+        help="embedding processes per worker: writes admitted together are embedded side by side "
+        "(each holds a copy of the model, ~230 MB; default 2 on two cores or more, else 1)",
     )
     p.add_argument(
         "--write-nice",

@@ -38,6 +38,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
     os.environ["FLEXAMEM_MAX_PENDING_WRITES"] = str(config.max_pending_writes)
     os.environ["FLEXAMEM_WRITE_TARGET"] = "" if config.write_target is None else str(config.write_target)
     os.environ["FLEXAMEM_WRITE_NICE"] = str(config.write_nice)
+    os.environ["FLEXAMEM_EMBED_PROCESSES"] = str(config.embed_processes or "")
     os.environ["FLEXAMEM_WRITE_WAIT"] = "" if config.write_wait is None else str(config.write_wait)
     os.environ["FLEXAMEM_RECORDS"] = config.records
     os.environ["FLEXAMEM_PROFILE"] = config.profile or ""

@@ -5,9 +5,11 @@ Two rules, both per worker:
 
 - **a bound on writes in progress** (``max_pending_writes``): a hard cap, whatever the pace;
 - **a bound on the predicted wait** (``write_target`` seconds): with writes already in progress, a new
-  one is admitted only if the embedding work ahead of it plus its own is predicted to be done within
-  ``write_target``, at the pace the embedding process was measured to keep over its recent jobs (which
-  the renders' load on the CPU slows: under load fewer writes are admitted, when the CPU is free more).
+  one is admitted only if its vectors are predicted back within ``write_target``: the jobs ahead of it
+  taken in order by the worker's embedding processes (one after the other with one process; with two,
+  it waits only for the first of them to be free), then its own, at the pace the processes were
+  measured to keep over their recent jobs (which the renders' load on the CPU slows: under load fewer
+  writes are admitted, when the CPU is free more).
   A write's own work is predicted from its text (its characters, times the ratio of characters embedded
   to characters sent over this worker's recent writes: about 1.2 for a session, each turn once and its
   record). A request with no text to embed (an erasure) is bounded by the first rule only.
@@ -79,9 +81,9 @@ class Admission:
     def _predicted_locked(self, chars: int) -> float | None:
         if self.embedder is None:
             return None
-        # the text of writes admitted and not yet sent to the embedding process (what they sent is in its queue)
-        unsent = sum(max(0.0, c * self.ratio - (k.chars if k else 0)) for c, k in self._pending.values())
-        return self.embedder.backlog(int(unsent + chars * self.ratio))
+        # the text of writes admitted and not yet sent to the embedding processes (what they sent is queued)
+        unsent = [int(c * self.ratio) - (k.chars if k else 0) for c, k in self._pending.values()]
+        return self.embedder.backlog(int(chars * self.ratio), ahead=[c for c in unsent if c > 0])
 
     def _refusal(self, chars: int) -> str | None:  # under _lock
         if len(self._pending) >= self.max_pending:

@@ -163,6 +163,7 @@ def app_from_env() -> FastAPI:
             write_wait=float(wait) if wait else None,
             write_target=(float(target) or None) if target else None,  # "" or 0: off
             write_nice=int(os.environ.get("FLEXAMEM_WRITE_NICE") or DEFAULT_WRITE_NICE),
+            embed_processes=int(os.environ.get("FLEXAMEM_EMBED_PROCESSES") or 0) or None,  # "": by the machine
             records=records,  # type: ignore[arg-type]
             profile=os.environ.get("FLEXAMEM_PROFILE") or None,
             body_timeout=float(os.environ.get("FLEXAMEM_BODY_TIMEOUT") or DEFAULT_BODY_TIMEOUT),

@@ -1,14 +1,17 @@
-"""The costly part of a write (embedding its units and pieces) runs in a separate embedding process,
-one per server worker, at a scheduling priority of its own (``nice``, ``ServerConfig.write_nice``);
-renders embed their one short query in the worker itself. The process also keeps the measured pace
-that the admission of writes predicts from (server/admission.py).
+"""The costly part of a write (embedding its units and pieces) runs in separate embedding processes,
+``ServerConfig.embed_processes`` per server worker, at a scheduling priority of their own (``nice``,
+``ServerConfig.write_nice``); renders embed their one short query in the worker itself. A write's texts
+go to one process as one job (so its vectors never depend on how writes were grouped), and jobs are
+taken in order by the first process free: with two, writes admitted together by one worker are
+embedded side by side while the other worker's processes idle. The jobs' measured pace is what the
+admission of writes predicts from (server/admission.py).
 
 Nothing else about a write changes: the request is answered once its notes are stored in one
 transaction (with their vectors), so every promise of docs/RELIABILITY.md holds as before. The
 priority decides who waits when the two cores are busy: at ``nice`` 10 the write (its embedding is
 scheduled after the renders' work), at 0 (the default since issue 52) both share the CPU, so writes
 are acknowledged within about a second and more of them are admitted, at some cost to renders
-(docs/PERFORMANCE.md). If the embedding process dies, a new one is started and the write is embedded
+(docs/PERFORMANCE.md). If an embedding process dies, new ones are started and the write is embedded
 again (the same model: the same vectors); if that fails too, the worker embeds it itself.
 
 A write's wait can be bounded (``ServerConfig.write_wait``, off by default): a write whose vectors are
@@ -39,10 +42,11 @@ import numpy as np
 from flexamem.errors import ServerBusyError
 from flexamem.server.settings import DEFAULT_WRITE_NICE
 from flexamem.write.default_embed import default_embedder
-from flexamem.write.embed import Embedder
+from flexamem.write.embed import Embedder, usable_cores
 
 CHARS_PER_ALLOWANCE = 4000  # ~1,000 tokens: a write this long (or shorter) waits one allowance at most
 PACE_WEIGHT = 0.3  # the weight of the latest job in the measured pace (an exponential moving average)
+Job = Future[tuple[np.ndarray, float]]  # an embedding job: the vectors and the forward's own seconds
 KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most ~60 MB of float32 at 384)
 
 
@@ -93,8 +97,11 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
-def _embed(texts: list[str]) -> np.ndarray:  # in the embedding process
-    return default_embedder().embed(texts)
+def _embed(texts: list[str]) -> tuple[np.ndarray, float]:  # in an embedding process
+    """The texts' vectors and the seconds the forward took here (the job's own time: the measured pace)."""
+    started = time.perf_counter()
+    vectors = default_embedder().embed(texts)
+    return vectors, time.perf_counter() - started
 
 
 class OffloadedEmbedder:
@@ -102,32 +109,39 @@ class OffloadedEmbedder:
     are embedded by the worker's embedding process (at ``nice``), elsewhere (a render's query) in this
     process; :meth:`backlog` predicts how long what it was sent will take."""
 
-    def __init__(self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE) -> None:
+    def __init__(
+        self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE, processes: int | None = None
+    ) -> None:
+        if processes is None:  # by the machine: see ServerConfig.embed_processes
+            processes = min(2, usable_cores())
+        if processes < 1:
+            raise ValueError("embed_processes must be at least 1")
         self.local = local or default_embedder()
         self.name, self.dim = self.local.name, self.local.dim
         self.nice = nice
+        self.processes = processes  # embedding processes: a write's texts go to one, concurrent writes to several
         # two locks, never one inside the other: ``_lock`` guards the pool and may call into it;
         # ``_jobs_lock`` guards the jobs running and the vectors kept, and is all a job's callback (run
         # by the pool's own thread) takes, so the pool's thread never waits for a thread inside the pool
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
-        self._ready: Future[np.ndarray] | None = None  # the process's first job: its model loaded
+        self._ready: list[Job] = []  # the processes' first jobs: their models loaded
         self._broken: set[ProcessPoolExecutor] = set()  # pools whose process died (seen by a job's callback)
         self._jobs_lock = threading.Lock()
-        self._running: dict[str, tuple[Future[np.ndarray], int]] = {}  # text -> the job embedding it, its row
-        self._orphans: set[Future[np.ndarray]] = set()  # jobs of refused writes: their vectors are kept
+        self._running: dict[str, tuple[Job, int]] = {}  # text -> the job embedding it, its row
+        self._orphans: set[Job] = set()  # jobs of refused writes: their vectors are kept
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # a refused write's vectors, newest last
         self.offloaded = 0  # texts embedded by the embedding process
         self.restarts = 0  # embedding processes that died and were replaced
-        # the embedding process's measured pace (under _jobs_lock): characters sent and not yet embedded,
-        # and seconds per character of its recent jobs (each job's own time, not its wait behind others)
-        self._queued: dict[Future[np.ndarray], tuple[float, int]] = {}  # job -> (sent at, characters)
-        self._last_done = 0.0
+        # the embedding processes' measured pace (under _jobs_lock): characters sent and not yet embedded,
+        # in the order sent, and seconds per character of the recent jobs (each job's own time in its
+        # process, not its wait behind others)
+        self._queued: dict[Job, int] = {}  # job -> characters
         self._pace: float | None = None
 
     def _pool_locked(self) -> ProcessPoolExecutor:
-        """The embedding process (under ``_lock``): a new one, with a first job that loads its model,
-        when there is none or it died."""
+        """The embedding processes (under ``_lock``): new ones, each with a first job that loads its
+        model, when there are none or one died."""
         with self._jobs_lock:
             dead = self._pool is not None and self._pool in self._broken
             self._broken.clear()  # only the pool in use matters (an object, never an id a new pool may reuse)
@@ -136,12 +150,13 @@ class OffloadedEmbedder:
             self._pool = None
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1,
+                max_workers=self.processes,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start,
                 initargs=(self.nice, os.getpid()),
             )
-            self._ready = self._pool.submit(_embed, ["warm"])
+            # one first job per process: the pool starts a process for each job sent while none is idle
+            self._ready = [self._pool.submit(_embed, ["warm"]) for _ in range(self.processes)]
         return self._pool
 
     def warm(self) -> None:
@@ -184,13 +199,13 @@ class OffloadedEmbedder:
             with self._jobs_lock:
                 for i, t in enumerate(new):
                     self._running[t] = rows[t] = (job, i)
-                self._queued[job] = (time.monotonic(), sum(len(t) for t in new))
+                self._queued[job] = sum(len(t) for t in new)
             job.add_done_callback(functools.partial(self._finished, new, pool))
         with self._lock:
-            ready = self._ready
-        if ready is not None and not ready.done():  # the process is starting (server start, a crash):
-            started = time.monotonic()  # its model load is not the write's wait
-            wait([ready])
+            ready = [job for job in self._ready if not job.done()]
+        if ready:  # the processes are starting (server start, a crash):
+            started = time.monotonic()  # their model load is not the write's wait
+            wait(ready)
             clock.start += time.monotonic() - started
         jobs = {job for job, _ in rows.values()}
         deadline = clock.deadline()
@@ -210,7 +225,7 @@ class OffloadedEmbedder:
                 continue
             job, i = rows[t]
             try:
-                out[n] = job.result()[i]  # the embedding process's failure, if any (BrokenProcessPool: again)
+                out[n] = job.result()[0][i]  # the embedding process's failure, if any (BrokenProcessPool: again)
             except BrokenProcessPool:
                 if new and job is rows[new[0]][0]:  # ours: its pool is dead, whether or not its callback ran
                     with self._jobs_lock:
@@ -218,7 +233,7 @@ class OffloadedEmbedder:
                 raise
         return out
 
-    def _orphan(self, rows: dict[str, tuple[Future[np.ndarray], int]]) -> None:
+    def _orphan(self, rows: dict[str, tuple[Job, int]]) -> None:
         """A refused write's texts: their vectors are kept for its retry (at once for a job already done,
         by the job's callback for one still running)."""
         with self._jobs_lock:
@@ -226,7 +241,7 @@ class OffloadedEmbedder:
                 if not job.done():
                     self._orphans.add(job)
                 elif not job.cancelled() and job.exception() is None:
-                    self._keep(t, job.result()[i])
+                    self._keep(t, job.result()[0][i])
 
     def _keep(self, text: str, vector: np.ndarray) -> None:  # under _jobs_lock
         self._kept[text] = vector
@@ -234,18 +249,15 @@ class OffloadedEmbedder:
         while len(self._kept) > KEPT_VECTORS:
             self._kept.popitem(last=False)
 
-    def _finished(self, texts: list[str], pool: ProcessPoolExecutor, job: Future[np.ndarray]) -> None:
+    def _finished(self, texts: list[str], pool: ProcessPoolExecutor, job: Job) -> None:
         """A job is done (in the pool's thread): keep its vectors if its write was refused, or mark its
         process dead."""
         error = None if job.cancelled() else job.exception()
-        now = time.monotonic()
         with self._jobs_lock:
-            sent, chars = self._queued.pop(job, (now, 0))
+            chars = self._queued.pop(job, 0)
             if error is None and not job.cancelled() and chars:
-                # one process, jobs in order: a job ran from when it was sent or the one before it ended
-                seconds = (now - max(sent, self._last_done)) / chars
+                seconds = job.result()[1] / chars
                 self._pace = seconds if self._pace is None else PACE_WEIGHT * seconds + (1 - PACE_WEIGHT) * self._pace
-            self._last_done = now
             for t in texts:
                 if self._running.get(t, (None, 0))[0] is job:
                     del self._running[t]
@@ -254,17 +266,29 @@ class OffloadedEmbedder:
             if isinstance(error, BrokenProcessPool):
                 self._broken.add(pool)
             if orphan and not job.cancelled() and error is None:
-                for t, v in zip(texts, job.result(), strict=True):
+                for t, v in zip(texts, job.result()[0], strict=True):
                     self._keep(t, v)
 
-    def backlog(self, chars: int = 0) -> float | None:
-        """Seconds the embedding process is expected to take for what it has been sent and not finished,
-        plus ``chars`` more characters, at the pace of its recent jobs (which the renders' load on the
-        CPU slows); None until a job has been measured."""
+    @property
+    def jobs_in_flight(self) -> int:
+        """Jobs sent to the embedding processes and not finished (measured ones: a write's texts)."""
+        with self._jobs_lock:
+            return len(self._queued)
+
+    def backlog(self, chars: int = 0, ahead: Sequence[int] = ()) -> float | None:
+        """Seconds until a job of ``chars`` characters sent now would be done: behind the jobs sent and
+        not finished and jobs of ``ahead`` characters each (writes admitted that have not sent their
+        texts), each taken in order by the first process free, at the pace of the recent jobs (which
+        the renders' load on the CPU slows); None until a job has been measured."""
         with self._jobs_lock:
             if self._pace is None:
                 return None
-            return self._pace * (chars + sum(c for _, c in self._queued.values()))
+            pace, queued = self._pace, list(self._queued.values())
+        free = [0.0] * self.processes  # when each process is next free, from now
+        for job in [*queued, *ahead]:
+            first = free.index(min(free))
+            free[first] += job * pace
+        return min(free) + chars * pace
 
     def close(self) -> None:
         with self._lock:

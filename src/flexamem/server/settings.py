@@ -43,6 +43,12 @@ class ServerConfig:
     process kept over its recent jobs); else 503 with ``Retry-After`` at once, storing nothing
     (server/admission.py). A write arriving when none is in progress is always admitted. None: only
     ``max_pending_writes`` bounds admission. Offloaded writes only."""
+    embed_processes: int | None = None
+    """Embedding processes per worker (offloaded writes): a write's texts go to one of them, so with more
+    than one the writes admitted together by one worker are embedded side by side (each process holds
+    its own copy of the model, ~230 MB). None: 2 where the worker may run on two cores or more (a burst
+    of writes on one worker then uses the core the other workers leave idle), else 1
+    (docs/PERFORMANCE.md)."""
     write_nice: int = DEFAULT_WRITE_NICE
     """The scheduling priority (``nice``, 0-19) of each worker's embedding process: the higher, the more
     the renders get the CPU first and the longer a write waits under load (0, the default: writes and

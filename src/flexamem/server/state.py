@@ -134,7 +134,7 @@ class ServerState:
         if endpoint_chosen():  # an embeddings endpoint: the forward runs there, nothing to move off the worker
             default_embedder()  # its configuration checked at start, not at the first request
         offload = config.offload_writes and not endpoint_chosen()
-        offloaded = OffloadedEmbedder(nice=config.write_nice) if offload else None
+        offloaded = OffloadedEmbedder(nice=config.write_nice, processes=config.embed_processes) if offload else None
         memories = Memories(config.db, config.max_open, offloaded, writer, config.profile)
         memories.store.head_key = keys.head_secret()  # heads signed outside the database's reach
         return cls(config, keys, throttle, memories, Metrics(), writer, offloaded)
