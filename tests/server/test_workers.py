@@ -190,3 +190,32 @@ def test_a_worker_socket_answers_without_nagle() -> None:
 
     asyncio.run(main())
     assert seen and seen[0] != 0
+
+
+def test_sigterm_to_the_server_alone_closes_every_process_cleanly(tmp_path: Path) -> None:
+    """``kill PID`` of the server (a container's init, a supervisor that signals one process): the workers
+    stop, each closes its embedding processes and waits for them, so none is left and multiprocessing
+    has no semaphore left over to warn of (the pools were once closed without waiting: "10 leaked
+    semaphore objects" at every such stop)."""
+    keyfile = tmp_path / "keys.json"
+    key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    assert server.proc is not None
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+            for i in range(4):  # writes on both workers: their embedding processes did work
+                body = {"session_id": "s1", "turns": [{"speaker": "Ana", "text": f"parcel {i} is at the desk"}]}
+                assert c.post(f"/v1/histories/h{i}/sessions", json=body).status_code == 200
+        embedders = server.embedders()
+        assert len(embedders) >= 2
+        os.kill(server.proc.pid, signal.SIGTERM)  # the server alone, not its process group
+        assert server.proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in embedders):
+            time.sleep(0.2)
+        assert not [p for p in embedders if Path(f"/proc/{p}").exists()]
+        time.sleep(1.0)  # the resource tracker writes its warning as it exits
+        log = server.log.read_text()
+        assert "leaked semaphore" not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        server.stop()

@@ -291,7 +291,9 @@ class OffloadedEmbedder:
         return min(free) + chars * pace
 
     def close(self) -> None:
+        """Stop the embedding processes and wait for them to exit (jobs not started are cancelled, one
+        running finishes first), so nothing of theirs is left to clean at the interpreter's exit."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=True)
