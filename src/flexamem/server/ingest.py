@@ -106,8 +106,9 @@ def _embed(texts: list[str]) -> tuple[np.ndarray, float]:  # in an embedding pro
 
 class OffloadedEmbedder:
     """An :class:`~flexamem.write.embed.Embedder` for a server worker: inside :func:`writing` the texts
-    are embedded by the worker's embedding process (at ``nice``), elsewhere (a render's query) in this
-    process; :meth:`backlog` predicts how long what it was sent will take."""
+    are embedded by one of the worker's ``processes`` embedding processes (at ``nice``; None: 2 on two
+    cores or more, else 1), elsewhere (a render's query) in this process; :meth:`backlog` predicts how
+    long what they were sent will take."""
 
     def __init__(
         self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE, processes: int | None = None
