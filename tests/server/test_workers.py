@@ -219,3 +219,31 @@ def test_sigterm_to_the_server_alone_closes_every_process_cleanly(tmp_path: Path
         assert "leaked semaphore" not in log and "Traceback" not in log, log[-3000:]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_connections_opened_as_soon_as_the_port_answers_reach_both_workers(tmp_path: Path, round_: int) -> None:
+    """A client that opens its pool the moment ``/health`` answers: the first workers listen together once
+    all are ready, so both get connections (when each listened as soon as it was ready, the one ready
+    first, seconds before the other, took every connection and kept them while they stayed alive)."""
+    keyfile = tmp_path / "keys.json"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    assert server.proc is not None
+    try:
+        workers = worker_pids(server.proc.pid)
+        url, port = server.url, server.port
+
+        async def burst() -> Counter[int]:
+            limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+            async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+                answers = await asyncio.gather(*(client.get("/health") for _ in range(16)))
+                assert all(a.status_code == 200 for a in answers)
+                established = tcp_sockets(port, "01")
+                return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
+
+        held = asyncio.run(burst())
+        assert sum(held.values()) == 16, held
+        assert all(held[pid] > 0 for pid in workers), held
+    finally:
+        server.stop()

@@ -10,6 +10,13 @@ while the other idled. With a socket per worker the kernel hands each new connec
 by a hash of its addresses, so 16 connections split about evenly (never all on one but by a chance of
 2 in 65,536).
 
+The workers first started listen together: each makes its app (loading the models takes seconds, and
+more when the workers and their embedding processes load at once), then waits for the others before
+it listens, so that the connections a client opens as soon as the port answers are not all handed to
+the worker that was ready first (they would stay there while kept alive: measured, one worker at
+~600 MB served a benchmark's 16 connections while the other idled at ~250 MB). A worker started again
+later listens as soon as it is ready.
+
 The parent holds the port (bound, not listening: a port in use fails at once, before any worker
 starts), starts the workers (``spawn``), starts again a worker that dies (a crash, a ``kill -9``) and
 stops them all on SIGINT/SIGTERM (SIGTERM to each, which uvicorn answers by finishing the requests
@@ -20,6 +27,7 @@ that code rather than being started again for ever.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -34,6 +42,7 @@ __all__ = ["available", "run_workers"]
 log = logging.getLogger("flexamem.server")
 
 STARTUP_FAILURE = 3  # uvicorn's exit code for a server that could not start
+START_WAIT = 120.0  # seconds a worker waits for the others to be ready before it listens anyway
 
 
 def available() -> bool:
@@ -58,8 +67,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(options: dict[str, Any], host: str, port: int) -> None:
-    """One worker (a spawned process): its own listening socket on the port, one uvicorn server on it."""
+def _worker(options: dict[str, Any], host: str, port: int, together: threading.Barrier | None) -> None:
+    """One worker (a spawned process): its own listening socket on the port, one uvicorn server on it.
+    ``together``: the workers started with the server, which listen once all of them are ready."""
     import uvicorn
 
     config = uvicorn.Config(host=host, port=port, **options)
@@ -68,7 +78,11 @@ def _worker(options: dict[str, Any], host: str, port: int) -> None:
     except (Exception, SystemExit) as exc:  # uvicorn exits 1 on some failures; the app's own errors raise
         print(f"flexamem serve: a worker could not start: {exc}", file=sys.stderr, flush=True)
         sys.exit(STARTUP_FAILURE)  # not started again: the next worker would fail the same way
+    if together is not None:
+        with contextlib.suppress(threading.BrokenBarrierError):  # one failed or is slow: listen anyway
+            together.wait(START_WAIT)
     sock = bind(host, port)
+    sock.listen(config.backlog)  # at once: connections wait in its queue while the app starts
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -80,9 +94,11 @@ def run_workers(options: dict[str, Any], host: str, port: int, workers: int, *, 
     context = multiprocessing.get_context("spawn")
     stop = threading.Event()
     code = 0
+    together = context.Barrier(workers)
 
-    def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker, args=(options, host, port), name="flexamem-worker")
+    def start(first: bool = False) -> multiprocessing.process.BaseProcess:
+        args = (options, host, port, together if first else None)
+        process = context.Process(target=_worker, args=args, name="flexamem-worker")
         process.start()
         return process
 
@@ -90,7 +106,7 @@ def run_workers(options: dict[str, Any], host: str, port: int, workers: int, *, 
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    processes = [start() for _ in range(workers)]
+    processes = [start(first=True) for _ in range(workers)]
     try:
         while not stop.is_set():
             multiprocessing.connection.wait([p.sentinel for p in processes], timeout=0.5)
@@ -102,6 +118,7 @@ def run_workers(options: dict[str, Any], host: str, port: int, workers: int, *, 
                     code = STARTUP_FAILURE
                     stop.set()
                     break
+                together.abort()  # one of the first may have died before it was ready: the others listen
                 log.warning("worker %s exited with code %s: starting another", process.pid, process.exitcode)
                 processes[i] = start()
     finally:
