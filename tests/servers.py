@@ -85,7 +85,7 @@ class ServerProcess:
 def children_of(pid: int) -> list[int]:
     """The pids of process ``pid``'s children, started by any of its threads (``/proc/PID/task/TID/children``
     lists only the children of thread TID: an embedding process started again from a request's thread
-    is missing from the main thread's list). None if it is gone."""
+    is missing from the main thread's list). Empty if it is gone."""
     found: list[int] = []
     try:
         threads = list(Path(f"/proc/{pid}/task").iterdir())
@@ -99,9 +99,14 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's name (state first); OSError if it is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_ticks(pid: int) -> int:
-    """The CPU time process ``pid`` has used so far, in clock ticks (user + system, ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """The CPU time process ``pid`` has used so far, in clock ticks (user + system)."""
+    fields = stat_fields(pid)
     return int(fields[11]) + int(fields[12])
 
 

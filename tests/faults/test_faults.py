@@ -34,7 +34,7 @@ import httpx
 import pytest
 
 from tests.conftest import NEEDS_ROOT, NO_POSTGRES
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, stat_fields
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 pytest.importorskip("fastapi")
@@ -315,6 +315,6 @@ def test_an_embedding_process_whose_worker_dies_exits_too(tmp_path: Path) -> Non
 
 def _state(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return stat_fields(pid)[0]
     except OSError:
         return "Z"

@@ -64,6 +64,29 @@ def listening_workers(pid: int, port: int, count: int = 2, timeout: float = 90) 
         time.sleep(0.2)
 
 
+def connections_per_worker(url: str, port: int, workers: list[int], n: int = 16) -> Counter[int]:
+    """Open ``n`` kept-alive connections at once (``/health`` on each) and count those each worker holds."""
+
+    async def burst() -> Counter[int]:
+        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+            answers = await asyncio.gather(*(client.get("/health") for _ in range(n)))
+            assert all(a.status_code == 200 for a in answers)
+            established = tcp_sockets(port, "01")
+            return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
+
+    return asyncio.run(burst())
+
+
+def started(tmp_path: Path) -> tuple[ServerProcess, str]:
+    """``flexamem serve --workers 2`` on a new store, started (``/health`` answered), and a tenant's key."""
+    keyfile = tmp_path / "keys.json"
+    key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    assert server.proc is not None
+    return server, key
+
+
 def test_each_worker_listens_on_a_socket_of_its_own(server: Server) -> None:
     held = list(listening_workers(server.pid, port_of(server)).values())
     assert len(held) == 2
@@ -76,25 +99,14 @@ def test_a_burst_of_connections_is_spread_over_the_workers(server: Server) -> No
     socket, one worker took all 16 in 2 bursts of 5; with a socket each, that has a chance of 2 in 65,536)."""
     port = port_of(server)
     workers = list(listening_workers(server.pid, port))
-
-    async def burst() -> Counter[int]:
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
-            answers = await asyncio.gather(*(client.get("/health") for _ in range(16)))
-            assert all(a.status_code == 200 for a in answers)
-            established = tcp_sockets(port, "01")
-            return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
-
     for _ in range(3):
-        held = asyncio.run(burst())
+        held = connections_per_worker(server.url, port, workers)
         assert sum(held.values()) == 16, held
         assert all(held[pid] > 0 for pid in workers), held
 
 
 def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
-    keyfile = tmp_path / "keys.json"
-    key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
-    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    server, key = started(tmp_path)
     assert server.proc is not None
     try:
         headers = {"Authorization": f"Bearer {key}"}
@@ -197,9 +209,7 @@ def test_sigterm_to_the_server_alone_closes_every_process_cleanly(tmp_path: Path
     stop, each closes its embedding processes and waits for them, so none is left and multiprocessing
     has no semaphore left over to warn of (the pools were once closed without waiting: "10 leaked
     semaphore objects" at every such stop)."""
-    keyfile = tmp_path / "keys.json"
-    key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
-    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
+    server, key = started(tmp_path)
     assert server.proc is not None
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
@@ -226,23 +236,10 @@ def test_connections_opened_as_soon_as_the_port_answers_reach_both_workers(tmp_p
     """A client that opens its pool the moment ``/health`` answers: the first workers listen together once
     all are ready, so both get connections (when each listened as soon as it was ready, the one ready
     first, seconds before the other, took every connection and kept them while they stayed alive)."""
-    keyfile = tmp_path / "keys.json"
-    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
-    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", workers=2).start()
-    assert server.proc is not None
+    server, _ = started(tmp_path)
     try:
-        workers = worker_pids(server.proc.pid)
-        url, port = server.url, server.port
-
-        async def burst() -> Counter[int]:
-            limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-            async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-                answers = await asyncio.gather(*(client.get("/health") for _ in range(16)))
-                assert all(a.status_code == 200 for a in answers)
-                established = tcp_sockets(port, "01")
-                return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
-
-        held = asyncio.run(burst())
+        workers = server.workers()
+        held = connections_per_worker(server.url, server.port, workers)
         assert sum(held.values()) == 16, held
         assert all(held[pid] > 0 for pid in workers), held
     finally:
