@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from flexamem.errors import ServerBusyError
-from flexamem.server.admission import FIRST_RATIO, Admission, text_chars
+from flexamem.server.admission import Admission, text_chars
 from flexamem.server.app import ServerConfig, create_app
-from flexamem.server.ingest import OffloadedEmbedder, writing
+from flexamem.server.ingest import READ_CHARS, OffloadedEmbedder, embedded_chars, writing
 from flexamem.server.keys import KeyFile
 from flexamem.write.default_embed import default_embedder
 from tests.servers import cpu_ticks
@@ -33,9 +33,10 @@ def offloaded() -> Iterator[OffloadedEmbedder]:
     emb.close()
 
 
-def measured(emb: OffloadedEmbedder) -> None:
-    """One write's texts embedded by the process, so its pace is known."""
-    gate = Admission(1, None, emb)
+def measured(emb: OffloadedEmbedder, gate: Admission | None = None) -> None:
+    """One write's texts embedded by the process, so its pace is known (and ``gate``'s ratio of text
+    embedded to text sent)."""
+    gate = gate or Admission(1, None, emb)
     with gate.admitted(text_chars(LINES)):
         emb.embed(LINES)
 
@@ -44,6 +45,8 @@ def test_text_chars_counts_the_strings_of_a_requests_json() -> None:
     body = [{"speaker": "Ana", "text": "hello"}, {"speaker": "Bo", "text": "hi", "n": 3, "x": None}]
     assert text_chars(body) == len("Ana") + 5 + len("Bo") + 2
     assert text_chars(None) == 0 and text_chars(("ab", ["c"])) == 3
+    # what the embedder reads of a text: up to MAX_SEQ_LEN tokens
+    assert embedded_chars("y" * 50_000) == READ_CHARS and embedded_chars("ab") == 2
 
 
 def test_the_embedding_process_measures_its_pace_and_backlog(offloaded: OffloadedEmbedder) -> None:
@@ -58,15 +61,47 @@ def test_the_embedding_process_measures_its_pace_and_backlog(offloaded: Offloade
     assert two == pytest.approx(2 * one)  # nothing in its queue now: the prediction is the pace times the text
 
 
+def test_a_job_running_counts_what_is_left_of_it() -> None:
+    """With one process busy on a long job, the wait predicted for the next falls as the job runs (it
+    is counted from when it was sent, not whole at every prediction)."""
+    emb = OffloadedEmbedder(processes=1)
+    try:
+        measured(emb)
+        texts = [f"{line} (copy {n})" for n in range(30) for line in LINES]
+        done = threading.Event()
+
+        def write() -> None:
+            with writing():
+                emb.embed(texts)
+            done.set()
+
+        threading.Thread(target=write).start()
+        deadline = time.monotonic() + 60
+        while emb.jobs_in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        first = emb.backlog(0)
+        time.sleep(0.5)
+        later = emb.backlog(0)
+        still_running = not done.is_set()
+        done.wait(600)
+        assert first is not None and later is not None and first > 0.6  # the job is predicted to take a while
+        assert still_running and later == pytest.approx(first - 0.5, abs=0.1)
+    finally:
+        emb.close()
+
+
 def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted(offloaded: OffloadedEmbedder) -> None:
-    measured(offloaded)
     strict = Admission(8, 1e-6, offloaded)  # no write can be embedded in a microsecond
+    with strict.admitted(100_000), strict.admitted(100_000):  # nothing measured yet: not refused on a guess
+        assert strict.pending == 2 and strict.ratio is None
+    measured(offloaded, strict)
     ran = []
     with strict.admitted(100_000):  # alone: admitted, however long its prediction
         assert strict.pending == 1
         predicted = strict.predicted(5_000)
         assert predicted is not None and predicted > 1e-6
-        with pytest.raises(ServerBusyError, match=r"would wait about .* nothing was stored"), strict.admitted(5_000):
+        late = r"would be acknowledged in about .* nothing was stored"
+        with pytest.raises(ServerBusyError, match=late), strict.admitted(5_000):
             ran.append("the second write")  # never: refused before its block runs
         with strict.admitted(0):  # nothing to embed (an erasure): not held back by the embedding queue
             ran.append("an erasure")
@@ -92,13 +127,30 @@ def test_the_hard_cap_holds_whatever_the_pace(offloaded: OffloadedEmbedder) -> N
 def test_the_ratio_of_text_embedded_to_text_sent_is_learned(offloaded: OffloadedEmbedder) -> None:
     gate = Admission(1, 10.0, offloaded)
     sent = text_chars(LINES)
+    assert gate.ratio is None  # nothing measured: the writes ahead are counted at FIRST_RATIO
     with gate.admitted(sent):
         offloaded.embed(LINES)
         offloaded.embed(LINES)  # this write embeds its text twice
-    assert FIRST_RATIO == 2.0 and gate.ratio == pytest.approx(2.0)
+    assert gate.ratio == pytest.approx(2.0)  # the first write measured sets it
     with gate.admitted(sent):
         offloaded.embed(LINES[:20])  # about half
-    assert gate.ratio < 2.0
+    assert gate.ratio is not None and 0.5 < gate.ratio < 2.0
+
+
+def test_the_rest_of_a_write_is_measured_and_predicted(offloaded: OffloadedEmbedder) -> None:
+    """What a write takes besides waiting for its vectors (here a pause standing for its transaction) is
+    measured without the wait, and added to the prediction: the target is its acknowledgement."""
+    measured(offloaded)
+    gate = Admission(8, 10.0, offloaded)
+    texts = [f"{line} (copy {n})" for n in range(10) for line in LINES]
+    with gate.admitted(text_chars(texts)):
+        offloaded.embed(texts)  # its vectors: waited for, not counted in the rest
+        time.sleep(0.3)  # the rest of the write
+    assert gate.rest is not None and gate.ratio is not None
+    assert 0.3 <= gate.rest < 0.45
+    predicted, wait = gate.predicted(1000), offloaded.backlog(int(1000 * gate.ratio))
+    assert predicted is not None and wait is not None
+    assert predicted - wait == pytest.approx(gate.rest, abs=0.02)
 
 
 def test_the_server_refuses_a_write_it_predicts_late_and_stores_nothing(tmp_path: Path) -> None:
@@ -125,7 +177,7 @@ def test_the_server_refuses_a_write_it_predicts_late_and_stores_nothing(tmp_path
         done.wait(300)
         assert first[0].status_code == 200
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
-        assert "would wait about" in r.json()["error"]["message"]
+        assert "would be acknowledged in about" in r.json()["error"]["message"]
         assert client.get("/v1/histories/o/notes").status_code == 404
         assert client.post("/v1/histories/o/sessions", json={"session_id": "x", "turns": turns}).status_code == 200
 

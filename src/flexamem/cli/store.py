@@ -563,8 +563,8 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument(
         "--write-target",
         type=float,
-        help="with writes in progress, admit one only if its vectors are predicted within this many seconds "
-        "at the embedding process's measured pace, else 503 with Retry-After (default 1; 0: no such bound)",
+        help="with writes in progress, admit one only if it is predicted to be acknowledged within this many "
+        "seconds at the measured pace, else 503 with Retry-After (default 1; 0: no such bound)",
     )
     p.add_argument(
         "--embed-processes",

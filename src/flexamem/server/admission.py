@@ -4,25 +4,30 @@ with ``Retry-After``, nothing stored) when they cannot, so no write waits withou
 Two rules, both per worker:
 
 - **a bound on writes in progress** (``max_pending_writes``): a hard cap, whatever the pace;
-- **a bound on the predicted wait** (``write_target`` seconds): with writes already in progress, a new
-  one is admitted only if its vectors are predicted back within ``write_target``: the jobs ahead of it
-  taken in order by the worker's embedding processes (one after the other with one process; with two,
-  it waits only for the first of them to be free), then its own, at the pace the processes were
-  measured to keep over their recent jobs (which the renders' load on the CPU slows: under load fewer
-  writes are admitted, when the CPU is free more).
+- **a bound on the predicted acknowledgement** (``write_target`` seconds): with writes already in
+  progress, a new one is admitted only if it is predicted to be acknowledged within ``write_target``:
+  its wait for its vectors (the jobs ahead of it taken in order by the worker's embedding processes,
+  one after the other with one process, with two by the first of them free; a job already running
+  counted by what is left of it; then its own, at the pace the processes were measured to keep over
+  their recent jobs), then the rest of its work (its transaction, records and links, as long as this
+  worker's recent writes took for it). Both are measured under the load of the moment: when renders
+  keep the CPU busy they grow and fewer writes are admitted, when it is free more.
   A write's own work is predicted from its text (its characters, times the ratio of characters embedded
-  to characters sent over this worker's recent writes: about 1.2 for a session, each turn once and its
-  record). A request with no text to embed (an erasure) is bounded by the first rule only.
+  to characters sent over this worker's recent writes: a text longer than the model reads counts what it
+  reads of it, pieces of a long turn embedded beside the turn count too). A request with no text to
+  embed (an erasure) is bounded by the first rule only.
 
 A write arriving when none is in progress is always admitted, however long (else a large one would never
-be). Without an embedding process (``offload_writes=False`` or an embeddings endpoint) only the first
-rule applies.
+be), and so is one arriving before this worker has measured a write (its ratio would be a guess: the
+first rule bounds those few). Without an embedding process (``offload_writes=False`` or an embeddings
+endpoint) only the first rule applies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +35,13 @@ from typing import Any
 from flexamem.errors import ServerBusyError
 from flexamem.server.ingest import OffloadedEmbedder, WriteClock, writing
 
-RATIO_WEIGHT = 0.3  # the weight of the latest write in the ratio of characters embedded to sent
-FIRST_RATIO = 2.0  # before any write was measured: on the safe side of the ~1.2 measured for sessions
+LATEST_WEIGHT = 0.3  # the weight of the latest write in what a worker measures of its writes (a moving average)
+FIRST_RATIO = 2.0  # for the writes ahead before any was measured: the safe side of ~1.2 measured for sessions
+
+
+def averaged(average: float | None, latest: float) -> float:
+    """``average`` moved toward ``latest`` by ``LATEST_WEIGHT`` (``latest`` itself when there is none)."""
+    return latest if average is None else LATEST_WEIGHT * latest + (1 - LATEST_WEIGHT) * average
 
 
 def text_chars(value: Any) -> int:
@@ -56,7 +66,13 @@ class Admission:
     embedder: OffloadedEmbedder | None = None
     wait: float | None = None
     """An admitted write's bound on its wait for its vectors (``ServerConfig.write_wait``)."""
-    ratio: float = FIRST_RATIO
+    ratio: float | None = None
+    """Characters embedded per character sent, over this worker's recent writes (None: none measured
+    yet, and no write is refused on a prediction)."""
+    rest: float | None = None
+    """Seconds a write takes besides waiting for its vectors (its transaction, records and links, and its
+    share of the worker's interpreter with the renders), over this worker's recent writes (None: none
+    measured yet)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _pending: dict[int, tuple[int, WriteClock | None]] = field(default_factory=dict, init=False, repr=False)
     _tickets: int = field(default=0, init=False, repr=False)
@@ -73,8 +89,9 @@ class Admission:
         return len(self._pending)
 
     def predicted(self, chars: int) -> float | None:
-        """Seconds a write of ``chars`` characters of text is predicted to wait for its vectors if admitted
-        now (None: no embedding process, or its pace not measured yet)."""
+        """Seconds until a write of ``chars`` characters of text is predicted to be acknowledged if
+        admitted now: its wait for its vectors and the rest of its work (None: no embedding process, or
+        its pace not measured yet)."""
         with self._lock:
             return self._predicted_locked(chars)
 
@@ -82,17 +99,19 @@ class Admission:
         if self.embedder is None:
             return None
         # the text of writes admitted and not yet sent to the embedding processes (what they sent is queued)
-        unsent = [int(c * self.ratio) - (k.chars if k else 0) for c, k in self._pending.values()]
-        return self.embedder.backlog(int(chars * self.ratio), ahead=[c for c in unsent if c > 0])
+        ratio = self.ratio or FIRST_RATIO
+        unsent = [int(c * ratio) - (k.chars if k else 0) for c, k in self._pending.values()]
+        wait = self.embedder.backlog(int(chars * ratio), ahead=[c for c in unsent if c > 0])
+        return None if wait is None else wait + (self.rest or 0.0)
 
     def _refusal(self, chars: int) -> str | None:  # under _lock
         if len(self._pending) >= self.max_pending:
             return f"this server has {self.max_pending} writes in progress"
-        if self.target is None or not self._pending or chars == 0:
+        if self.target is None or not self._pending or chars == 0 or self.ratio is None:
             return None
-        wait = self._predicted_locked(chars)
-        if wait is not None and wait > self.target:
-            return f"this write would wait about {wait:.1f} s for its vectors (this server admits {self.target:g} s)"
+        ack = self._predicted_locked(chars)
+        if ack is not None and ack > self.target:
+            return f"this write would be acknowledged in about {ack:.1f} s (this server admits {self.target:g} s)"
         return None
 
     @contextlib.contextmanager
@@ -113,7 +132,8 @@ class Admission:
                 yield
             if chars and clock.chars:
                 with self._lock:
-                    self.ratio = RATIO_WEIGHT * clock.chars / chars + (1 - RATIO_WEIGHT) * self.ratio
+                    self.ratio = averaged(self.ratio, clock.chars / chars)
+                    self.rest = averaged(self.rest, time.monotonic() - clock.start - clock.embedding)
         finally:
             with self._lock:
                 del self._pending[ticket]

@@ -42,12 +42,24 @@ import numpy as np
 from flexamem.errors import ServerBusyError
 from flexamem.server.settings import DEFAULT_WRITE_NICE
 from flexamem.write.default_embed import default_embedder
-from flexamem.write.embed import Embedder, usable_cores
+from flexamem.write.embed import MAX_SEQ_LEN, Embedder, usable_cores
 
 CHARS_PER_ALLOWANCE = 4000  # ~1,000 tokens: a write this long (or shorter) waits one allowance at most
-PACE_WEIGHT = 0.3  # the weight of the latest job in the measured pace (an exponential moving average)
+# the measured pace is the recent jobs' seconds over their characters, each job's weight falling by this
+# much at each later one: a job counts by its size, so a short job slowed by a burst of renders (its
+# seconds per character measured at up to 4x a long one's under load) does not move the pace as a long one
+PACE_DECAY = 0.7
 Job = Future[tuple[np.ndarray, float]]  # an embedding job: the vectors and the forward's own seconds
 KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most ~60 MB of float32 at 384)
+# the characters of MAX_SEQ_LEN tokens: what the model reads of a longer text (measured over 400
+# LongMemEval turns longer than 1,500 characters: p10 977, p50 1,109, p90 1,345 characters)
+READ_CHARS = 1100 * MAX_SEQ_LEN // 256
+
+
+def embedded_chars(text: str) -> int:
+    """The characters of ``text`` the embedder reads (it truncates at ``MAX_SEQ_LEN`` tokens): the unit
+    of an embedding's work in the measured pace and the admission's prediction."""
+    return min(len(text), READ_CHARS)
 
 
 @dataclass
@@ -57,7 +69,8 @@ class WriteClock:
 
     start: float  # moved later by the time the write waited for a starting embedding process
     wait: float | None  # None: no bound (a server without one)
-    chars: int = 0  # characters this write has sent to be embedded so far
+    chars: int = 0  # characters this write has sent to be embedded so far (each text's embedded_chars)
+    embedding: float = 0.0  # seconds this write has waited for its vectors so far
 
     def deadline(self) -> float | None:
         """The time by which the vectors of the write's texts must be back (None: no bound)."""
@@ -135,10 +148,11 @@ class OffloadedEmbedder:
         self.offloaded = 0  # texts embedded by the embedding process
         self.restarts = 0  # embedding processes that died and were replaced
         # the embedding processes' measured pace (under _jobs_lock): characters sent and not yet embedded,
-        # in the order sent, and seconds per character of the recent jobs (each job's own time in its
-        # process, not its wait behind others)
-        self._queued: dict[Job, int] = {}  # job -> characters
-        self._pace: float | None = None
+        # in the order sent, and the recent jobs' seconds (each job's own time in its process, not its
+        # wait behind others) and characters, both decayed by PACE_DECAY at each job
+        self._queued: dict[Job, tuple[int, float]] = {}  # job -> its characters, when it was sent
+        self._seconds = 0.0
+        self._chars = 0.0
 
     def _pool_locked(self) -> ProcessPoolExecutor:
         """The embedding processes (under ``_lock``): new ones, each with a first job that loads its
@@ -170,7 +184,7 @@ class OffloadedEmbedder:
         clock = _WRITING.get()
         if clock is None or not texts:
             return self.local.embed(texts)
-        clock.chars += sum(len(t) for t in texts)
+        clock.chars += sum(embedded_chars(t) for t in texts)
         for _attempt in range(3):  # a dead process is replaced (the third: a job sent to it as it died)
             try:
                 vectors = self._offloaded(list(texts), clock)
@@ -200,7 +214,7 @@ class OffloadedEmbedder:
             with self._jobs_lock:
                 for i, t in enumerate(new):
                     self._running[t] = rows[t] = (job, i)
-                self._queued[job] = sum(len(t) for t in new)
+                self._queued[job] = (sum(embedded_chars(t) for t in new), time.monotonic())
             job.add_done_callback(functools.partial(self._finished, new, pool))
         with self._lock:
             ready = [job for job in self._ready if not job.done()]
@@ -210,7 +224,9 @@ class OffloadedEmbedder:
             clock.start += time.monotonic() - started
         jobs = {job for job, _ in rows.values()}
         deadline = clock.deadline()
-        _, late = wait(jobs, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        waited = time.monotonic()
+        _, late = wait(jobs, timeout=None if deadline is None else max(0.0, deadline - waited))
+        clock.embedding += time.monotonic() - waited
         if late:
             self._orphan(rows)
             raise ServerBusyError(
@@ -255,10 +271,10 @@ class OffloadedEmbedder:
         process dead."""
         error = None if job.cancelled() else job.exception()
         with self._jobs_lock:
-            chars = self._queued.pop(job, 0)
+            chars, _sent = self._queued.pop(job, (0, 0.0))
             if error is None and not job.cancelled() and chars:
-                seconds = job.result()[1] / chars
-                self._pace = seconds if self._pace is None else PACE_WEIGHT * seconds + (1 - PACE_WEIGHT) * self._pace
+                self._seconds = PACE_DECAY * self._seconds + job.result()[1]
+                self._chars = PACE_DECAY * self._chars + chars
             for t in texts:
                 if self._running.get(t, (None, 0))[0] is job:
                     del self._running[t]
@@ -280,13 +296,21 @@ class OffloadedEmbedder:
         """Seconds until a job of ``chars`` characters sent now would be done: behind the jobs sent and
         not finished and jobs of ``ahead`` characters each (writes admitted that have not sent their
         texts), each taken in order by the first process free, at the pace of the recent jobs (which
-        the renders' load on the CPU slows); None until a job has been measured."""
+        the renders' load on the CPU slows); None until a job has been measured.
+
+        A job sent earlier is counted from when it was sent (or its process was next free), so one
+        nearly done counts what is left of it, not all of it."""
+        now = time.monotonic()
         with self._jobs_lock:
-            if self._pace is None:
+            if not self._chars:
                 return None
-            pace, queued = self._pace, list(self._queued.values())
-        free = [0.0] * self.processes  # when each process is next free, from now
-        for job in [*queued, *ahead]:
+            pace, queued = self._seconds / self._chars, list(self._queued.values())
+        free = [-float("inf")] * self.processes  # when each process is next free
+        for job, sent in queued:  # in the order sent: each started when sent or when a process was free
+            first = free.index(min(free))
+            free[first] = max(free[first], sent) + job * pace
+        free = [max(0.0, t - now) for t in free]  # from now (a job past its predicted end: about done)
+        for job in ahead:
             first = free.index(min(free))
             free[first] += job * pace
         return min(free) + chars * pace
