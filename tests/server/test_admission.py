@@ -16,7 +16,14 @@ import pytest
 from flexamem.errors import ServerBusyError
 from flexamem.server.admission import Admission, text_chars
 from flexamem.server.app import ServerConfig, create_app
-from flexamem.server.ingest import READ_CHARS, OffloadedEmbedder, embedded_chars, writing
+from flexamem.server.ingest import (
+    CHARS_PER_ALLOWANCE,
+    READ_CHARS,
+    OffloadedEmbedder,
+    allowances,
+    embedded_chars,
+    writing,
+)
 from flexamem.server.keys import KeyFile
 from flexamem.write.default_embed import default_embedder
 from tests.servers import cpu_ticks
@@ -109,6 +116,27 @@ def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted
     loose = Admission(8, 3600.0, offloaded)
     with loose.admitted(5_000), loose.admitted(5_000):  # within the target: both admitted
         assert loose.pending == 2
+
+
+def test_a_long_write_is_given_time_for_its_own_work(offloaded: OffloadedEmbedder) -> None:
+    """The bound is ``write_target`` per allowance (``CHARS_PER_ALLOWANCE`` characters embedded): with
+    writes in progress, a short write predicted past the target is refused, while a write long enough
+    that its own work takes longer than the target is admitted within its allowances."""
+    measured(offloaded)
+    gate = Admission(8, 3600.0, offloaded)
+    measured(offloaded, gate)  # its ratio of text embedded to text sent
+    assert gate.ratio is not None
+    short, long = int(CHARS_PER_ALLOWANCE / gate.ratio), 200 * CHARS_PER_ALLOWANCE
+    with gate.admitted(20_000), gate.admitted(20_000):  # in progress, nothing sent yet: work ahead of both
+        p_short, p_long = gate.predicted(short), gate.predicted(long)
+        assert p_short is not None and p_long is not None
+        # a target the short write misses, while the long one's prediction fits its allowances
+        gate.target = p_short * 0.9
+        assert p_long < gate.target * allowances(int(long * gate.ratio))
+        with pytest.raises(ServerBusyError, match=r"admits .* s for it"), gate.admitted(short):
+            pass
+        with gate.admitted(long):
+            assert gate.pending == 3
 
 
 def test_the_hard_cap_holds_whatever_the_pace(offloaded: OffloadedEmbedder) -> None:

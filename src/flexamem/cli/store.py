@@ -564,7 +564,8 @@ def add_store_commands(sub: Any) -> None:
         "--write-target",
         type=float,
         help="with writes in progress, admit one only if it is predicted to be acknowledged within this many "
-        "seconds at the measured pace, else 503 with Retry-After (default 1; 0: no such bound)",
+        "seconds (per ~1,000 tokens for a longer write) at the measured pace, else 503 with Retry-After "
+        "(default 1; 0: no such bound)",
     )
     p.add_argument(
         "--embed-processes",

@@ -4,8 +4,10 @@ with ``Retry-After``, nothing stored) when they cannot, so no write waits withou
 Two rules, both per worker:
 
 - **a bound on writes in progress** (``max_pending_writes``): a hard cap, whatever the pace;
-- **a bound on the predicted acknowledgement** (``write_target`` seconds): with writes already in
-  progress, a new one is admitted only if it is predicted to be acknowledged within ``write_target``:
+- **a bound on the predicted acknowledgement** (``write_target`` seconds per allowance, an allowance
+  for each ~1,000 tokens it embeds, at least one): with writes already in progress, a new one is
+  admitted only if it is predicted to be acknowledged within its bound (a long write is given time for
+  its own work: else, under a steady load, it would be admitted only when no other is in progress):
   its wait for its vectors (the jobs ahead of it taken in order by the worker's embedding processes,
   one after the other with one process, with two by the first of them free; a job already running
   counted by what is left of it; then its own, at the pace the processes were measured to keep over
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexamem.errors import ServerBusyError
-from flexamem.server.ingest import OffloadedEmbedder, WriteClock, writing
+from flexamem.server.ingest import OffloadedEmbedder, WriteClock, allowances, writing
 
 LATEST_WEIGHT = 0.3  # the weight of the latest write in what a worker measures of its writes (a moving average)
 FIRST_RATIO = 2.0  # for the writes ahead before any was measured: the safe side of ~1.2 measured for sessions
@@ -110,8 +112,9 @@ class Admission:
         if self.target is None or not self._pending or chars == 0 or self.ratio is None:
             return None
         ack = self._predicted_locked(chars)
-        if ack is not None and ack > self.target:
-            return f"this write would be acknowledged in about {ack:.1f} s (this server admits {self.target:g} s)"
+        limit = self.target * allowances(int(chars * self.ratio))
+        if ack is not None and ack > limit:
+            return f"this write would be acknowledged in about {ack:.1f} s (this server admits {limit:.1f} s for it)"
         return None
 
     @contextlib.contextmanager

@@ -56,6 +56,14 @@ KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most
 READ_CHARS = 1100 * MAX_SEQ_LEN // 256
 
 
+def allowances(chars: int) -> float:
+    """How many allowances a write embedding ``chars`` characters has: one per ``CHARS_PER_ALLOWANCE``,
+    at least one (its bound on its wait, ``write_wait``, and on its predicted acknowledgement,
+    ``write_target``, are so many seconds per allowance: a long write is given the time its own work
+    takes, not refused for being long)."""
+    return max(1.0, chars / CHARS_PER_ALLOWANCE)
+
+
 def embedded_chars(text: str) -> int:
     """The characters of ``text`` the embedder reads (it truncates at ``MAX_SEQ_LEN`` tokens): the unit
     of an embedding's work in the measured pace and the admission's prediction."""
@@ -76,7 +84,7 @@ class WriteClock:
         """The time by which the vectors of the write's texts must be back (None: no bound)."""
         if self.wait is None:
             return None
-        return self.start + self.wait * max(1.0, self.chars / CHARS_PER_ALLOWANCE)
+        return self.start + self.wait * allowances(self.chars)
 
 
 _WRITING: contextvars.ContextVar[WriteClock | None] = contextvars.ContextVar("flexamem_writing", default=None)
