@@ -4,6 +4,7 @@ and always admitted when no write is in progress; the hard cap holds whatever th
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -14,13 +15,11 @@ import numpy as np
 import pytest
 
 from flexamem.errors import ServerBusyError
-from flexamem.server.admission import Admission, text_chars
+from flexamem.server.admission import OWN_WORK_TIMES, Admission, text_chars
 from flexamem.server.app import ServerConfig, create_app
 from flexamem.server.ingest import (
-    CHARS_PER_ALLOWANCE,
     READ_CHARS,
     OffloadedEmbedder,
-    allowances,
     embedded_chars,
     writing,
 )
@@ -103,13 +102,16 @@ def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted
         assert strict.pending == 2 and strict.ratio is None
     measured(offloaded, strict)
     ran = []
-    with strict.admitted(100_000):  # alone: admitted, however long its prediction
-        assert strict.pending == 1
+    long = [strict.admitted(100_000) for _ in range(offloaded.processes)]  # one per embedding process
+    with contextlib.ExitStack() as stack:
+        for write in long:  # the first alone, the others long enough to wait for no other: all admitted
+            stack.enter_context(write)
+        assert strict.pending == offloaded.processes
         predicted = strict.predicted(5_000)
         assert predicted is not None and predicted > 1e-6
         late = r"would be acknowledged in about .* nothing was stored"
         with pytest.raises(ServerBusyError, match=late), strict.admitted(5_000):
-            ran.append("the second write")  # never: refused before its block runs
+            ran.append("a short write")  # never: refused before its block runs (it would wait for a long one)
         with strict.admitted(0):  # nothing to embed (an erasure): not held back by the embedding queue
             ran.append("an erasure")
     assert ran == ["an erasure"] and strict.pending == 0
@@ -118,21 +120,20 @@ def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted
         assert loose.pending == 2
 
 
-def test_a_long_write_is_given_time_for_its_own_work(offloaded: OffloadedEmbedder) -> None:
-    """The bound is ``write_target`` per allowance (``CHARS_PER_ALLOWANCE`` characters embedded): with
-    writes in progress, a short write predicted past the target is refused, while a write long enough
-    that its own work takes longer than the target is admitted within its allowances."""
+def test_a_long_write_may_wait_as_long_as_its_own_work(offloaded: OffloadedEmbedder) -> None:
+    """With writes in progress, a short write predicted past ``write_target`` is refused, while one whose
+    own embedding is longer than the target is admitted if predicted within twice its own work (under a
+    steady load it would else be admitted only when no other write is in progress)."""
     measured(offloaded)
     gate = Admission(8, 3600.0, offloaded)
     measured(offloaded, gate)  # its ratio of text embedded to text sent
     assert gate.ratio is not None
-    short, long = int(CHARS_PER_ALLOWANCE / gate.ratio), 200 * CHARS_PER_ALLOWANCE
+    short, long = 2_000, 2_000_000
     with gate.admitted(20_000), gate.admitted(20_000):  # in progress, nothing sent yet: work ahead of both
-        p_short, p_long = gate.predicted(short), gate.predicted(long)
-        assert p_short is not None and p_long is not None
-        # a target the short write misses, while the long one's prediction fits its allowances
-        gate.target = p_short * 0.9
-        assert p_long < gate.target * allowances(int(long * gate.ratio))
+        p_short, p_long, own = gate.predicted(short), gate.predicted(long), offloaded.work(int(long * gate.ratio))
+        assert p_short is not None and p_long is not None and own is not None
+        gate.target = p_short * 0.9  # a target the short write misses and the long one's own work exceeds
+        assert gate.target < own < p_long <= OWN_WORK_TIMES * own
         with pytest.raises(ServerBusyError, match=r"admits .* s for it"), gate.admitted(short):
             pass
         with gate.admitted(long):
@@ -182,11 +183,12 @@ def test_the_rest_of_a_write_is_measured_and_predicted(offloaded: OffloadedEmbed
 
 
 def test_the_server_refuses_a_write_it_predicts_late_and_stores_nothing(tmp_path: Path) -> None:
-    """Through HTTP: with a write in progress, another predicted past ``write_target`` gets 503 with
-    Retry-After and stores nothing; the same write sent once the first is done is stored."""
+    """Through HTTP: with a long write in progress on the one embedding process, a short one predicted past
+    ``write_target`` (waiting for the long one) gets 503 with Retry-After and stores nothing; the same
+    write sent once the first is done is stored."""
     keys = tmp_path / "keys.json"
     key = KeyFile(str(keys)).add_key("acme")
-    app = create_app(ServerConfig(str(tmp_path / "m.db"), str(keys), write_target=1e-6))
+    app = create_app(ServerConfig(str(tmp_path / "m.db"), str(keys), write_target=1e-6, embed_processes=1))
     turns = [{"speaker": "Ana", "text": line} for line in LINES]
     with TestClient(app, headers={"Authorization": f"Bearer {key}"}) as client:
         assert client.post("/v1/histories/h/sessions", json={"session_id": "s0", "turns": turns}).status_code == 200

@@ -564,7 +564,7 @@ def add_store_commands(sub: Any) -> None:
         "--write-target",
         type=float,
         help="with writes in progress, admit one only if it is predicted to be acknowledged within this many "
-        "seconds (per ~1,000 tokens for a longer write) at the measured pace, else 503 with Retry-After "
+        "seconds (or twice its own embedding work, if longer) at the measured pace, else 503 with Retry-After "
         "(default 1; 0: no such bound)",
     )
     p.add_argument(

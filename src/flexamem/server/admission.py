@@ -4,10 +4,10 @@ with ``Retry-After``, nothing stored) when they cannot, so no write waits withou
 Two rules, both per worker:
 
 - **a bound on writes in progress** (``max_pending_writes``): a hard cap, whatever the pace;
-- **a bound on the predicted acknowledgement** (``write_target`` seconds per allowance, an allowance
-  for each ~1,000 tokens it embeds, at least one): with writes already in progress, a new one is
-  admitted only if it is predicted to be acknowledged within its bound (a long write is given time for
-  its own work: else, under a steady load, it would be admitted only when no other is in progress):
+- **a bound on the predicted acknowledgement** (``write_target`` seconds, or twice the write's own
+  embedding work where that is longer): with writes already in progress, a new one is admitted only if
+  it is predicted to be acknowledged within its bound (a long write may wait as long as its own work
+  takes: else, under a steady load, it would be admitted only when no other is in progress):
   its wait for its vectors (the jobs ahead of it taken in order by the worker's embedding processes,
   one after the other with one process, with two by the first of them free; a job already running
   counted by what is left of it; then its own, at the pace the processes were measured to keep over
@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexamem.errors import ServerBusyError
-from flexamem.server.ingest import OffloadedEmbedder, WriteClock, allowances, writing
+from flexamem.server.ingest import OffloadedEmbedder, WriteClock, writing
 
 LATEST_WEIGHT = 0.3  # the weight of the latest write in what a worker measures of its writes (a moving average)
+OWN_WORK_TIMES = 2.0  # a write whose own embedding is long: admitted if acknowledged within this many times it
 FIRST_RATIO = 2.0  # for the writes ahead before any was measured: the safe side of ~1.2 measured for sessions
 
 
@@ -112,7 +113,8 @@ class Admission:
         if self.target is None or not self._pending or chars == 0 or self.ratio is None:
             return None
         ack = self._predicted_locked(chars)
-        limit = self.target * allowances(int(chars * self.ratio))
+        own = self.embedder.work(int(chars * self.ratio)) if self.embedder is not None else None
+        limit = max(self.target, OWN_WORK_TIMES * own) if own is not None else self.target
         if ack is not None and ack > limit:
             return f"this write would be acknowledged in about {ack:.1f} s (this server admits {limit:.1f} s for it)"
         return None

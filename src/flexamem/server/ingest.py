@@ -56,14 +56,6 @@ KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most
 READ_CHARS = 1100 * MAX_SEQ_LEN // 256
 
 
-def allowances(chars: int) -> float:
-    """How many allowances a write embedding ``chars`` characters has: one per ``CHARS_PER_ALLOWANCE``,
-    at least one (its bound on its wait, ``write_wait``, and on its predicted acknowledgement,
-    ``write_target``, are so many seconds per allowance: a long write is given the time its own work
-    takes, not refused for being long)."""
-    return max(1.0, chars / CHARS_PER_ALLOWANCE)
-
-
 def embedded_chars(text: str) -> int:
     """The characters of ``text`` the embedder reads (it truncates at ``MAX_SEQ_LEN`` tokens): the unit
     of an embedding's work in the measured pace and the admission's prediction."""
@@ -84,7 +76,7 @@ class WriteClock:
         """The time by which the vectors of the write's texts must be back (None: no bound)."""
         if self.wait is None:
             return None
-        return self.start + self.wait * allowances(self.chars)
+        return self.start + self.wait * max(1.0, self.chars / CHARS_PER_ALLOWANCE)
 
 
 _WRITING: contextvars.ContextVar[WriteClock | None] = contextvars.ContextVar("flexamem_writing", default=None)
@@ -299,6 +291,12 @@ class OffloadedEmbedder:
         """Jobs sent to the embedding processes and not finished (measured ones: a write's texts)."""
         with self._jobs_lock:
             return len(self._queued)
+
+    def work(self, chars: int) -> float | None:
+        """Seconds a job of ``chars`` characters takes once a process runs it, at the pace of the recent
+        jobs (None until a job has been measured)."""
+        with self._jobs_lock:
+            return chars * self._seconds / self._chars if self._chars else None
 
     def backlog(self, chars: int = 0, ahead: Sequence[int] = ()) -> float | None:
         """Seconds until a job of ``chars`` characters sent now would be done: behind the jobs sent and

@@ -39,7 +39,7 @@ class ServerConfig:
     ``Retry-After`` at once, storing nothing: a hard cap on the queue, whatever its pace."""
     write_target: float | None = DEFAULT_WRITE_TARGET
     """With writes in progress, a worker admits one more only if it is predicted to be acknowledged
-    within this many seconds, per ~1,000 tokens it embeds for a longer write (the embedding work ahead
+    within this many seconds, or twice its own embedding work where that is longer (the embedding work ahead
     of it and its own, at the pace the embedding processes kept over their recent jobs, and the rest of
     a write's work as long as its recent writes took for it); else 503 with ``Retry-After`` at once,
     storing nothing (server/admission.py). A write arriving when none is in progress, or before the
