@@ -38,7 +38,7 @@ from flexamem.errors import ServerBusyError
 from flexamem.server.ingest import OffloadedEmbedder, WriteClock, writing
 
 LATEST_WEIGHT = 0.3  # the weight of the latest write in what a worker measures of its writes (a moving average)
-OWN_WORK_TIMES = 2.0  # a write whose own embedding is long: admitted if acknowledged within this many times it
+OWN_WORK_TIMES = 2.0  # a long write's bound: this many times its own embedding work, where above write_target
 FIRST_RATIO = 2.0  # for the writes ahead before any was measured: the safe side of ~1.2 measured for sessions
 
 
