@@ -97,15 +97,22 @@ def test_a_job_running_counts_what_is_left_of_it() -> None:
 
 
 def test_a_write_predicted_late_is_refused_at_once_and_one_alone_always_admitted(offloaded: OffloadedEmbedder) -> None:
+    measured(offloaded)  # the processes' pace is known: writes are predicted
     strict = Admission(8, 1e-6, offloaded)  # no write can be embedded in a microsecond
-    with strict.admitted(100_000), strict.admitted(100_000):  # nothing measured yet: not refused on a guess
-        assert strict.pending == 2 and strict.ratio is None
+
+    def long_writes() -> contextlib.ExitStack:
+        """One long write in progress per embedding process (the first alone, the others long enough
+        to wait for no other: all admitted), nothing of theirs sent yet."""
+        stack = contextlib.ExitStack()
+        for _ in range(offloaded.processes):
+            stack.enter_context(strict.admitted(100_000))
+        return stack
+
+    with long_writes(), strict.admitted(5_000):  # the same short write as below, before any was measured:
+        assert strict.pending == offloaded.processes + 1 and strict.ratio is None  # not refused on a guess
     measured(offloaded, strict)
     ran = []
-    long = [strict.admitted(100_000) for _ in range(offloaded.processes)]  # one per embedding process
-    with contextlib.ExitStack() as stack:
-        for write in long:  # the first alone, the others long enough to wait for no other: all admitted
-            stack.enter_context(write)
+    with long_writes():
         assert strict.pending == offloaded.processes
         predicted = strict.predicted(5_000)
         assert predicted is not None and predicted > 1e-6

@@ -110,11 +110,10 @@ class Admission:
     def _refusal(self, chars: int) -> str | None:  # under _lock
         if len(self._pending) >= self.max_pending:
             return f"this server has {self.max_pending} writes in progress"
-        if self.target is None or not self._pending or chars == 0 or self.ratio is None:
+        if self.target is None or self.embedder is None or not self._pending or chars == 0 or self.ratio is None:
             return None
-        ack = self._predicted_locked(chars)
-        own = self.embedder.work(int(chars * self.ratio)) if self.embedder is not None else None
-        limit = max(self.target, OWN_WORK_TIMES * own) if own is not None else self.target
+        ack, own = self._predicted_locked(chars), self.embedder.work(int(chars * self.ratio))
+        limit = self.target if own is None else max(self.target, OWN_WORK_TIMES * own)
         if ack is not None and ack > limit:
             return f"this write would be acknowledged in about {ack:.1f} s (this server admits {limit:.1f} s for it)"
         return None

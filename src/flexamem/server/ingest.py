@@ -292,11 +292,16 @@ class OffloadedEmbedder:
         with self._jobs_lock:
             return len(self._queued)
 
+    def _pace_locked(self) -> float | None:
+        """Seconds per character of the recent jobs (under ``_jobs_lock``; None: none measured yet)."""
+        return self._seconds / self._chars if self._chars else None
+
     def work(self, chars: int) -> float | None:
         """Seconds a job of ``chars`` characters takes once a process runs it, at the pace of the recent
         jobs (None until a job has been measured)."""
         with self._jobs_lock:
-            return chars * self._seconds / self._chars if self._chars else None
+            pace = self._pace_locked()
+        return None if pace is None else chars * pace
 
     def backlog(self, chars: int = 0, ahead: Sequence[int] = ()) -> float | None:
         """Seconds until a job of ``chars`` characters sent now would be done: behind the jobs sent and
@@ -308,9 +313,9 @@ class OffloadedEmbedder:
         nearly done counts what is left of it, not all of it."""
         now = time.monotonic()
         with self._jobs_lock:
-            if not self._chars:
-                return None
-            pace, queued = self._seconds / self._chars, list(self._queued.values())
+            pace, queued = self._pace_locked(), list(self._queued.values())
+        if pace is None:
+            return None
         free = [-float("inf")] * self.processes  # when each process is next free
         for job, sent in queued:  # in the order sent: each started when sent or when a process was free
             first = free.index(min(free))
