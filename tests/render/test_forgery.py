@@ -86,17 +86,11 @@ def reader_parse(text: str, notes: Sequence[fm.Note], *, extra: tuple[str, ...] 
     exact = structures(notes)
     starts = first_lines(notes)
     hidden = re.compile(r"^\(… \d+ older timeline entries hidden for this call\)$")
-    lines = text.split("\n")
-    for k, line in enumerate(lines):
+    for line in text.split("\n"):
         assert UNSAFE_SHOWN.search(line) is None, f"an unsafe character reaches the render: {line!r}"
         if not line or line.startswith(fmt.CONTINUATION) or line in extra:
             continue
-        # the render's own hidden-entries mark, cut to fit the budget: any prefix of it, the line just
-        # before the cut mark that ends the render (down to its first character alone, "(")
-        cut_short = text.endswith("\n" + CUT_MARK) and k == len(lines) - 2
-        if cut_short and "(… 1 older timeline entries".startswith(line):
-            continue
-        if line.startswith("(…"):
+        if line.startswith("(…"):  # the render's own marks, whole: the budget's cut never leaves a part of one
             assert line == fmt.OMITTED or hidden.match(line), f"a forged mark: {line!r}"
         elif line.startswith("["):
             head = line[: line.index("]") + 1]

@@ -183,3 +183,19 @@ def test_a_short_turn_gets_the_room_a_long_one_would_take() -> None:
     question = "Where do I keep my tomato seedlings?"
     assert "blue tray" in memory(fm.Settings()).render(question, 600).text
     assert "blue tray" not in memory(fm.Settings(auto_turn_length=0.0)).render(question, 600).text
+
+
+def test_a_cut_never_leaves_part_of_a_mark(big: fm.Memory) -> None:
+    """At budgets so small that unit recovery's render is cut, its own marks (hidden entries, omitted
+    text) are shown whole or not at all: a fragment such as ``(`` is a mark no reader can tell apart."""
+    import re
+
+    whole = re.compile(r"^\(… \d+ older timeline entries hidden for this call\)$|^\(…\)$")
+    cut = 0
+    for budget in range(8, 64):
+        r = big.render("the garden and the market", budget=budget, mode="units")
+        assert r.tokens <= budget
+        cut += r.text.endswith("cut to fit the budget]")
+        for line in r.text.split("\n"):
+            assert not line.startswith("(") or whole.match(line), (budget, r.text)
+    assert cut  # the sweep reaches the cut it is about

@@ -499,10 +499,10 @@ class Renderer:
         if room <= 0:
             return "", 0
         ids = self.counter.encode(text)[:room]
-        out = self.counter.decode(ids).rstrip("\ufffd") + "\n" + CUT_MARK
+        out = _kept_whole(text, self.counter.decode(ids).rstrip("\ufffd")) + "\n" + CUT_MARK
         while self.counter.count(out) > allowance and ids:
             ids = ids[:-1]
-            out = self.counter.decode(ids).rstrip("\ufffd") + "\n" + CUT_MARK
+            out = _kept_whole(text, self.counter.decode(ids).rstrip("\ufffd")) + "\n" + CUT_MARK
         return out, self.counter.count(out)
 
     def _views(self, entries: list[Entry], chosen: list[Shown], n: int, pieces: dict[int, list[int]]) -> list[UnitView]:
@@ -524,6 +524,18 @@ class Renderer:
             )
             for seq in range(n)
         ]
+
+
+def _kept_whole(text: str, kept: str) -> str:
+    """``kept`` (a prefix of ``text``, cut to fit) without the part of a mark of the render's own that
+    the cut fell inside (a line of ``text`` beginning ``(…``: stored text never begins a line so,
+    ``format``'s docstring): a mark is shown whole or not at all, never as a fragment such as ``(``."""
+    start = kept.rfind("\n") + 1
+    end = text.find("\n", start)
+    line = text[start:] if end < 0 else text[start:end]
+    if line.startswith("(…") and kept[start:] != line:
+        return kept[: max(start - 1, 0)]
+    return kept
 
 
 def _view(seq: int, unit_id: str, resolution: str, pieces: tuple[int, ...], history: History) -> UnitView:
