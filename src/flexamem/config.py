@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flexamem.errors import InvalidInputError
 from flexamem.knobs import check_knobs, knob, rule_of
@@ -114,6 +114,33 @@ class Settings:
 
     rankers: Rankers = field(default_factory=Rankers)
     """The settings of ``auto``'s signals (:mod:`flexamem.recover.signals`), one object per signal."""
+
+    if TYPE_CHECKING:  # what a type checker sees of ``Settings(...)``: the fields above, then any signal's knob by name
+
+        def __init__(
+            self,
+            kappa: int = ...,
+            max_unit_tokens: int = ...,
+            one_unit_per_session: bool = ...,
+            agent_unit_tokens: int = ...,
+            links: int = ...,
+            record_words: int = ...,
+            merged_words: int = ...,
+            rho: float = ...,
+            lam: float = ...,
+            k: int = ...,
+            excerpt_tokens: int = ...,
+            piece_vectors: bool = ...,
+            piece_vector_limit: int = ...,
+            auto_rho: float = ...,
+            auto_long_turn: float = ...,
+            agent_auto_rho: float = ...,
+            agent_trace_share: float = ...,
+            agent_query_tokens: int = ...,
+            agent_trace_line_tokens: int = ...,
+            rankers: Rankers = ...,
+            **knobs: float | bool,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         check_knobs(self)
