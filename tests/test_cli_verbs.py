@@ -218,3 +218,11 @@ def test_an_export_read_by_a_reader_that_stops_early_ends_quietly(tmp_path: Path
     proc.stdout.close()  # the reader is gone
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""
+
+
+def test_serve_refuses_a_negative_keep_alive_requests_before_it_starts(tmp_path: Path) -> None:
+    keys = str(tmp_path / "keys.json")
+    assert run("serve", "--keys", keys, "--add-key", "acme").returncode == 0
+    done = run("serve", "--db", str(tmp_path / "m.db"), "--keys", keys, "--port", "0", "--keep-alive-requests", "-1")
+    assert done.returncode != 0 and "--keep-alive-requests must be 0 (never closed) or more" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -159,6 +159,7 @@ def test_an_inspector_link_opens_only_what_it_was_made_for(server: Server) -> No
 
 # -- 3 and 4: a server of its own, with small limits -----------------------------------------------------
 HEADER_TIMEOUT, BODY_TIMEOUT, KEEP_ALIVE, BURST, RATE, WORKERS = 2.0, 2.0, 2, 5, 1.0, 2
+KEEP_ALIVE_REQUESTS = 3
 SLACK = 3.0  # seconds a loaded 2-core machine may add to a timeout
 
 
@@ -169,7 +170,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     key = cli("serve", "--keys", str(keyfile), "--add-key", "acme").strip().splitlines()[-1]
     limits = ("--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
               "--keep-alive", str(KEEP_ALIVE), "--auth-burst", str(BURST), "--auth-rate", str(RATE),
-              "--max-header-bytes", "8192", "--max-headers", "50", "--no-offload")  # fmt: skip
+              "--max-header-bytes", "8192", "--max-headers", "50", "--no-offload",
+              "--keep-alive-requests", str(KEEP_ALIVE_REQUESTS))  # fmt: skip
     proc = ServerProcess(str(db), keyfile, log, workers=WORKERS, args=limits).start(timeout=90)
     assert proc.proc is not None
     yield Server(proc.url, {"acme": key}, db, keyfile, log, proc.proc.pid)
@@ -262,6 +264,24 @@ def test_idle_and_half_open_connections_are_closed_and_slow_heads_get_408(guarde
     assert httpx.get(guarded.url + "/health", timeout=10).status_code == 200
     worst = max(when for _, _, when in results)
     report("idle and half-open connections", {"connections": 100, "closed": 100, "slowest_s": round(worst, 1)})
+
+
+def test_a_kept_alive_connection_is_closed_after_its_requests(guarded: Server) -> None:
+    """``--keep-alive-requests 3``: the third answer on a connection says ``Connection: close`` and the
+    server closes it (the client opens another, which the kernel hands to a worker afresh); a new
+    connection is counted from one again."""
+    host, port = address(guarded)
+    for _ in range(2):
+        with socket.create_connection((host, port), timeout=10) as kept:
+            closes = []
+            for _ in range(KEEP_ALIVE_REQUESTS):
+                kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                data = answer(kept)
+                assert status_of(data) == 200
+                closes.append(b"connection: close" in data.split(b"\r\n\r\n")[0].lower())
+            assert closes == [False] * (KEEP_ALIVE_REQUESTS - 1) + [True]
+            rest, after = until_closed(kept, KEEP_ALIVE + SLACK)
+            assert rest == b"" and after < KEEP_ALIVE  # closed at once, not by the idle timeout
 
 
 def post_head(path: str, length: int, key: str = "") -> bytes:

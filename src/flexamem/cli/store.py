@@ -428,6 +428,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if value <= 0:
                 raise InvalidInputError(f"--{name.replace('_', '-')} must be more than 0")
             limit[name] = value
+    if args.keep_alive_requests is not None:
+        if args.keep_alive_requests < 0:
+            raise InvalidInputError("--keep-alive-requests must be 0 (never closed) or more")
+        limit["keep_alive_requests"] = args.keep_alive_requests
     if args.auth_burst is not None:
         if args.auth_burst < 0:
             raise InvalidInputError("--auth-burst must be 0 (no limit) or more")
@@ -600,6 +604,12 @@ def add_store_commands(sub: Any) -> None:
     )
     p.add_argument("--body-timeout", type=float, help="seconds for a request's body once its headers are in; 408 (30)")
     p.add_argument("--keep-alive", type=int, help="seconds an idle kept-alive connection stays open (5)")
+    p.add_argument(
+        "--keep-alive-requests",
+        type=int,
+        help="answers on one kept-alive connection before it is closed, so a client's connections are spread "
+        "over the workers again now and then (100; 0: never)",
+    )
     p.add_argument("--max-header-bytes", type=int, help="largest request line and headers in bytes; 431 (16384)")
     p.add_argument("--max-headers", type=int, help="most headers in a request; 431 (100)")
     p.add_argument(

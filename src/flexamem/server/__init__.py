@@ -44,6 +44,7 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
     os.environ["FLEXAMEM_PROFILE"] = config.profile or ""
     os.environ["FLEXAMEM_BODY_TIMEOUT"] = str(config.body_timeout)
     os.environ["FLEXAMEM_AUTH_BURST"], os.environ["FLEXAMEM_AUTH_RATE"] = str(config.auth_burst), str(config.auth_rate)
+    os.environ["FLEXAMEM_KEEP_ALIVE_REQUESTS"] = str(config.keep_alive_requests)
     os.environ["FLEXAMEM_HEADER_TIMEOUT"] = str(config.header_timeout)  # read by server/protocol.py in each worker
     os.environ["FLEXAMEM_MAX_HEADER_BYTES"] = str(config.max_header_bytes)
     os.environ["FLEXAMEM_MAX_HEADERS"] = str(config.max_headers)

@@ -31,6 +31,7 @@ from flexamem.server.settings import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_KEEP_ALIVE,
+    DEFAULT_KEEP_ALIVE_REQUESTS,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADERS,
@@ -169,5 +170,6 @@ def app_from_env() -> FastAPI:
             body_timeout=float(os.environ.get("FLEXAMEM_BODY_TIMEOUT") or DEFAULT_BODY_TIMEOUT),
             auth_burst=int(os.environ.get("FLEXAMEM_AUTH_BURST") or DEFAULT_AUTH_BURST),
             auth_rate=float(os.environ.get("FLEXAMEM_AUTH_RATE") or DEFAULT_AUTH_RATE),
+            keep_alive_requests=int(os.environ.get("FLEXAMEM_KEEP_ALIVE_REQUESTS") or DEFAULT_KEEP_ALIVE_REQUESTS),
         )
     )

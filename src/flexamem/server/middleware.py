@@ -1,6 +1,7 @@
 """What every request passes through: a body within ``max_body_bytes`` (413) that arrives in full within
-``body_timeout`` (408), the caller's trace continued, a bug answered as one JSON 500, and one JSON log
-line and the request metrics per request (no keys, no bodies)."""
+``body_timeout`` (408), the caller's trace continued, a bug answered as one JSON 500, one JSON log line
+and the request metrics per request (no keys, no bodies), and a kept-alive connection closed after
+``keep_alive_requests`` answers."""
 
 from __future__ import annotations
 
@@ -23,8 +24,46 @@ log = logging.getLogger("flexamem.server")
 TOO_LARGE = "request bodies are limited to {} bytes"
 
 
+KNOWN_CONNECTIONS = 4096  # connections whose answers are counted, at most (the oldest counts dropped first)
+
+
+class RecycledConnections:
+    """ASGI middleware: the ``requests``-th answer on a kept-alive connection says ``Connection: close``,
+    so the connection is closed after it and the client opens another, which the kernel hands to one of
+    the workers afresh (``ServerConfig.keep_alive_requests``). A connection is known by its client's
+    address and port (unique while it is open); the counts of connections closed otherwise are dropped
+    oldest first past ``KNOWN_CONNECTIONS``."""
+
+    def __init__(self, app: Any, requests: int) -> None:
+        self.app, self.requests = app, requests
+        self._answers: dict[tuple[Any, ...], int] = {}  # connection -> answers so far, oldest first
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        client = scope.get("client") if scope["type"] == "http" else None
+        if not client:
+            await self.app(scope, receive, send)
+            return
+        connection = tuple(client)
+        answers = self._answers.pop(connection, 0) + 1
+        if answers < self.requests:
+            self._answers[connection] = answers  # moved to the newest end
+            if len(self._answers) > KNOWN_CONNECTIONS:
+                del self._answers[next(iter(self._answers))]
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
 def install_limits(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
     """Bound every request's body, and log and count each request."""
+    if config.keep_alive_requests:
+        app.add_middleware(RecycledConnections, requests=config.keep_alive_requests)
 
     async def answer(request: Request, call_next: Any) -> Any:
         """The request's response, once its body is in whole (413, 408, or 499 for a client gone)."""

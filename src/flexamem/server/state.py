@@ -122,6 +122,8 @@ class ServerState:
         throttle = AuthThrottle(config.auth_burst, config.auth_rate)
         if config.body_timeout <= 0:
             raise InvalidInputError("body_timeout must be more than 0 seconds")
+        if config.keep_alive_requests < 0:
+            raise InvalidInputError("keep_alive_requests must be 0 (never closed) or more")
         writer = None
         if config.records == "llm":
             from flexamem.llm.config import load_config
