@@ -61,7 +61,8 @@ class RecycledConnections:
 
 
 def install_limits(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
-    """Bound every request's body, and log and count each request."""
+    """Bound every request's body, log and count each request, and close a kept-alive connection after
+    ``config.keep_alive_requests`` answers."""
     if config.keep_alive_requests:
         app.add_middleware(RecycledConnections, requests=config.keep_alive_requests)
 
