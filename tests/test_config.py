@@ -33,9 +33,3 @@ def test_the_type_checkers_settings_are_the_fields_in_their_order() -> None:
     assert declared == [(f.name, str(f.type)) for f in fields(fm.Settings)]
     assert init.args.kwarg is not None and init.args.kwarg.arg == "knobs"
     assert len(init.args.defaults) == len(declared)  # each may be left out
-
-
-def test_a_signals_knob_by_name_is_taken_at_run_time() -> None:
-    """What the declared ``**knobs`` lets through is what ``Settings`` does with it."""
-    reach = fm.Settings(auto_neighbour_reach=2)
-    assert reach.values()["auto_neighbour_reach"] == 2 and reach != fm.Settings()
