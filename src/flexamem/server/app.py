@@ -24,7 +24,7 @@ from flexamem.errors import InvalidInputError
 from flexamem.server import routes_admin, routes_agents, routes_histories, routes_render, routes_writes
 from flexamem.server.errors import install_handlers
 from flexamem.server.errors import status_of as _status  # the name tests/client/test_error_parity.py imports
-from flexamem.server.middleware import install_limits
+from flexamem.server.middleware import install_middleware
 from flexamem.server.settings import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
@@ -118,7 +118,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.throttle = state.throttle
     app.state.metrics = state.metrics
     app.state.admission = state.admission
-    install_limits(app, config, state.metrics)
+    install_middleware(app, config, state.metrics)
     install_handlers(app)
     for routes in ROUTERS:  # into the app's own router: app.routes stays one flat table of APIRoutes
         routes.add_routes(app.router, state)

@@ -62,7 +62,7 @@ class RecycledConnections:
         await self.app(scope, receive, closing)
 
 
-def install_limits(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
+def install_middleware(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
     """Bound every request's body, log and count each request, and close a kept-alive connection after
     ``config.keep_alive_requests`` answers."""
     if config.keep_alive_requests:
