@@ -41,8 +41,9 @@ from flexamem.digests import (
 )
 from flexamem.errors import FlexaMemError, InvalidInputError, StoreCorruptError, StoreError
 from flexamem.names import reserved, session_prefix
+from flexamem.store.checks import erasures_problems, step_problem
 from flexamem.store.rows import NOTE_COLUMNS, notes_from_rows
-from flexamem.store.sql import ERASURE_COLUMNS, SQLStore, erasures_problems, step_problem
+from flexamem.store.sql import ERASURE_COLUMNS, SQLStore
 
 FORMAT = "flexamem-export"
 VERSION = 1
