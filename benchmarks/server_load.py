@@ -23,6 +23,11 @@ forward plus the library's render at the budget), so each latency can be read as
 do, so the offered load is below what the server can do (0, the default and issue 52's load: each client
 sends again at once, so the machine is always saturated and writes queue behind renders or the reverse).
 
+After each phase it prints (to stderr) how busy the machine's cores were over the phase (every process,
+from ``/proc/stat``), the load generator's own share of that, and how busy they were in the second
+before each write refused with 503: a refusal while the cores had time to spare would be a write
+turned away with capacity left.
+
 ``--store postgres`` starts the local PostgreSQL of the test suite (scripts/start_postgres.sh) unless
 ``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server.
 """
@@ -38,6 +43,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -136,6 +142,7 @@ async def load(
     first_to_ack: list[float] = []
     statuses: Counter[int | str] = Counter()
     acked: list[tuple[str, str]] = []
+    refused_at: list[float] = []  # perf_counter times of the writes answered 503
     headers = {"Authorization": f"Bearer {key}"}
     limits = httpx.Limits(max_connections=clients + 64, max_keepalive_connections=clients + 64)  # + retries
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
@@ -149,6 +156,8 @@ async def load(
                 writes.append(time.perf_counter() - sent)  # the acknowledged request's own wait
                 first_to_ack.append(time.perf_counter() - start)
                 acked.append((history, body["session_id"]))
+            elif r.status_code == 503:
+                refused_at.append(time.perf_counter())
             return r
 
         async def write_again(history: str, body: dict[str, Any], start: float, r: httpx.Response) -> None:
@@ -196,7 +205,7 @@ async def load(
         write_seconds = time.perf_counter() - began  # acknowledgements may come until the last retry
     return {
         "renders": renders, "writes": writes, "first_to_ack": first_to_ack, "statuses": statuses, "acked": acked,
-        "seconds": elapsed, "write_seconds": write_seconds,
+        "seconds": elapsed, "write_seconds": write_seconds, "refused_at": refused_at,
     }  # fmt: skip
 
 
@@ -271,6 +280,67 @@ def fm_embedder() -> str:
     return default_embedder().name
 
 
+class CpuSampler:
+    """The machine's CPU use, sampled from ``/proc/stat`` every ``interval`` seconds by a thread: how busy
+    all cores were (every process, the load generator's included) over any span of the run."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float, float, float]] = []  # time, busy and all jiffies, own CPU s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _read() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            values = [float(v) for v in f.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle and iowait
+        return sum(values) - idle, sum(values)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            own = os.times()
+            self.samples.append((time.perf_counter(), *self._read(), own.user + own.system))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy(self, start: float, end: float) -> float | None:
+        """The share of every core's time spent busy between ``start`` and ``end`` (the nearest samples)."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+    def own_share(self) -> float | None:
+        """This process's (the load generator's) share of every core's time over the run."""
+        if len(self.samples) < 2:
+            return None
+        (t0, _, _, c0), (t1, _, _, c1) = self.samples[0], self.samples[-1]
+        cores = os.cpu_count() or 1
+        return (c1 - c0) / ((t1 - t0) * cores) if t1 > t0 else None
+
+
+def refusals_line(store: str, result: dict[str, Any], cpu: CpuSampler) -> str:
+    """How busy the machine was in the second before each refused write, beside the whole phase."""
+    shares = [b for t in result["refused_at"] if (b := cpu.busy(t - 1.0, t)) is not None]
+    phase = cpu.busy(cpu.samples[0][0], cpu.samples[-1][0]) if cpu.samples else None
+    own = cpu.own_share()
+    text = f"# {store}: CPU busy over the phase {phase:.0%}" if phase is not None else f"# {store}: CPU not sampled"
+    text += f" (the load generator itself: {own:.0%} of the cores)" if own is not None and phase is not None else ""
+    if shares:
+        shares.sort()
+        text += (f"; {len(shares)} writes refused, CPU busy in the second before each: min {shares[0]:.0%}, "
+                 f"median {shares[len(shares) // 2]:.0%}")  # fmt: skip
+    return text
+
+
 def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
     db = str(work / "load.db") if store == "sqlite" else postgres_url()
     keys = work / "keys.json"
@@ -307,13 +377,15 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
                  write_share=0.0, budget=args.budget, seed=99)
         )  # fmt: skip  # every worker opens every history and loads its models: not measured
         for phase, share in (("renders only", 0.0), (f"{args.write_share:.0%} session writes", args.write_share)):
-            result = asyncio.run(
-                load(
-                    server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
-                    write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
-                    fresh=pool if args.writes == "fresh" else None, think=args.think,
-                )
-            )  # fmt: skip
+            with CpuSampler() as cpu:
+                result = asyncio.run(
+                    load(
+                        server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
+                        write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
+                        fresh=pool if args.writes == "fresh" else None, think=args.think,
+                    )
+                )  # fmt: skip
+            print(refusals_line(store, result, cpu), file=sys.stderr, flush=True)
             lost = 0
             by_history: dict[str, set[str]] = {}
             for history, sid in result["acked"]:
