@@ -199,3 +199,40 @@ def test_a_cut_never_leaves_part_of_a_mark(big: fm.Memory) -> None:
         for line in r.text.split("\n"):
             assert not line.startswith("(") or whole.match(line), (budget, r.text)
     assert cut  # the sweep reaches the cut it is about
+
+
+def test_a_piece_line_shown_again_in_another_choice_is_not_counted_again() -> None:
+    """The hot path counts each rendered piece line once per memory: a second query that shows some of
+    the same pieces of a note beside others counts only the lines it has not shown before."""
+    from flexamem.tokens import TokenCounter
+
+    mem = fm.Memory(":memory:")
+    turns = [{"speaker": "A", "text": f"crate {i} went to the {'north' if i % 2 else 'south'} dock"} for i in range(12)]
+    turns += [{"speaker": "B", "text": f"crate {i} holds {'red' if i < 6 else 'blue'} paint"} for i in range(12)]
+    mem.add_session(turns, session_id="s1")
+    renderer = mem.renderer
+
+    class Counting:
+        def __init__(self, inner: TokenCounter) -> None:
+            self.inner, self.texts = inner, list[str]()
+
+        def count(self, text: str) -> int:
+            self.texts.append(text)
+            return self.inner.count(text)
+
+        def count_lines(self, lines: list[str], cache: dict[tuple[str, bool], int]) -> int:
+            return TokenCounter.count_lines(self, lines, cache)  # its own count() counts
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    counting = Counting(renderer.counter)
+    renderer.counter = counting
+    first = mem.render("north dock crates", budget=220, mode="pieces")
+    counting.texts.clear()
+    second = mem.render("crates of red paint by the north dock", budget=220, mode="pieces")
+    shared = {line for line in first.text.splitlines() if "crate" in line} & set(second.text.splitlines())
+    assert shared, "the two renders must show some of the same pieces for this test to mean anything"
+    assert first.text != second.text and second.tokens == fm.count(second.text)
+    again = [line for text in counting.texts for line in text.splitlines() if line in shared]
+    assert not again, f"counted again: {again}"

@@ -413,8 +413,10 @@ class Renderer:
         rank_of = {d: r for r, d in enumerate(ranked)}
         while True:
             lines = [e.line for e in entries]
-            if chosen:
-                lines += pieces_lines(self.history, chosen, join=atomic)
+            if chosen:  # each piece its own line: one shown before in another choice is not counted again
+                lines += [
+                    line for group in pieces_lines(self.history, chosen, join=atomic) for line in group.split("\n")
+                ]
             text, tokens = "\n".join(lines), self.counter.count_lines(lines, self._line_counts)
             if tokens <= allowance:
                 break
