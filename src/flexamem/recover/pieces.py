@@ -191,6 +191,11 @@ def pieces_section(history: History, chosen: dict[int, list[int]], *, join: bool
 
 
 def pieces_lines(history: History, chosen: dict[int, list[int]], *, join: bool = False) -> list[str]:
-    """:func:`pieces_section` as its header and one text per group (to be joined by line breaks)."""
-    groups = [fmt.pieces_group(history.notes[seq], sorted(idx), join=join) for seq, idx in sorted(chosen.items())]
-    return [fmt.PIECES_HEADER, *groups]
+    """:func:`pieces_section` as its lines (to be joined by line breaks): its header, then each group's
+    header and its pieces one by one, so a renderer's kept line counts find a piece it showed before
+    beside other pieces of its unit."""
+    lines = [fmt.PIECES_HEADER]
+    for seq, idx in sorted(chosen.items()):
+        note = history.notes[seq]
+        lines += [fmt.group_header(note), *fmt.piece_lines(note, sorted(idx), join=join)]
+    return lines

@@ -139,7 +139,3 @@ def _run_line(note: Note, run: Sequence[Piece]) -> str:
 def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
     head = f"[{note.label} · {when(note)} · excerpt] {body(note.record)}"
     return "\n".join([head, *piece_lines(note, chosen)])
-
-
-def pieces_group(note: Note, chosen: Sequence[int], *, join: bool = False) -> str:
-    return "\n".join([group_header(note), *piece_lines(note, chosen, join=join)])

@@ -414,9 +414,7 @@ class Renderer:
         while True:
             lines = [e.line for e in entries]
             if chosen:  # each piece its own line: one shown before in another choice is not counted again
-                lines += [
-                    line for group in pieces_lines(self.history, chosen, join=atomic) for line in group.split("\n")
-                ]
+                lines += pieces_lines(self.history, chosen, join=atomic)
             text, tokens = "\n".join(lines), self.counter.count_lines(lines, self._line_counts)
             if tokens <= allowance:
                 break
