@@ -144,3 +144,11 @@ print(built["counter"], built["embedder"])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "1"]
+
+
+def test_a_line_holding_line_breaks_is_counted_from_the_lines_it_holds() -> None:
+    c = counter()
+    kept = {("[u1] a.", True): 100, ("│b", True): 10, ("[u2] c", False): 1}  # planted: used only if split
+    assert c.count_lines(["[u1] a.\n│b", "[u2] c"], kept) == 111  # a run of turns shown as one line
+    assert len(kept) == 3  # nothing counted afresh
+    assert c.count_lines(["[u1] a.\n/b", "[u2] c"], kept) == 1 + c.count("[u1] a.\n/b\n")  # a join kept whole

@@ -125,15 +125,18 @@ class TokenCounter:
     def count_lines(self, lines: Sequence[str], cache: MutableMapping[tuple[str, bool], int]) -> int:
         """Tokens of ``"\n".join(lines)``, summed from the counts of its segments (a line with the
         lines after it that do not split from it, :func:`splits_after_break`), each with its line
-        break but the last. ``cache`` keeps each segment's count by its text across calls (a memory
-        shows mostly the lines it showed last time)."""
+        break but the last. A line holding line breaks is taken as the lines it holds (the joined text
+        is the same), so a turn shown inside a run of turns reuses its count from where it was shown
+        alone. ``cache`` keeps each segment's count by its text across calls (a memory shows mostly
+        the lines it showed last time)."""
         segments: list[str] = []
         run: list[str] = []
-        for line in lines:
-            if run and splits_after_break(line):
-                segments.append("\n".join(run))
-                run = []
-            run.append(line)
+        for held in lines:
+            for line in held.split("\n") if "\n" in held else (held,):
+                if run and splits_after_break(line):
+                    segments.append("\n".join(run))
+                    run = []
+                run.append(line)
         if run:
             segments.append("\n".join(run))
         total, last = 0, len(segments) - 1
