@@ -12,9 +12,11 @@ the run holds, so the server embeds all of it, as it would a user's new words: L
 one of the 99 LoCoMo dev sessions under a fresh id, as issue 52 first measured: most of them are already
 in the history or were embedded for an earlier write, so a write often embeds little.
 
-Before the server starts, the floors are measured in this process with the default embedder: a write's
-own embedding work (the texts ``add_session`` embeds, timed alone) and a warm render (its query's
-forward plus the library's render at the budget), so each latency can be read as a ratio to its floor.
+Before the server starts, the floors are measured in this process with the default embedder, on the
+threads the server embeds with (``FLEXAMEM_THREADS``, else the server's 1; a ``--serve-args
+"--embed-threads N"`` is not followed here): a write's own embedding work (the texts ``add_session``
+embeds, timed alone) and a warm render (its query's forward plus the library's render at the budget),
+so each latency can be read as a ratio to its floor.
 
     python benchmarks/server_load.py [--store sqlite,postgres] [--clients 16] [--duration 30] [--writes fresh]
         [--think 0]
@@ -54,6 +56,7 @@ import httpx
 
 import flexamem as fm
 from flexamem.server import KeyFile
+from flexamem.server.settings import SERVER_EMBED_THREADS
 from flexamem_bench.conversation_data import default_path
 from flexamem_bench.datasets import locomo_histories
 
@@ -441,6 +444,8 @@ def main() -> None:
     )
     parser.add_argument("--serve-args", default="", help="more flexamem serve options, e.g. '--max-open 64'")
     args = parser.parse_args()
+    # the floors are timed here with the threads the server embeds with (its default, unless set)
+    os.environ.setdefault("FLEXAMEM_THREADS", str(SERVER_EMBED_THREADS))
     print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback (think {args.think:g} s), "
           f"{args.duration:.0f} s per phase; "
           f"flexamem serve --workers {args.workers} {args.serve_args}".rstrip())  # fmt: skip

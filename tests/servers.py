@@ -25,10 +25,19 @@ def free_port() -> int:
 
 class ServerProcess:
     """``python -m flexamem serve --db DB --keys KEYFILE --port PORT --workers N [args]``, its output
-    appended to ``log``; one thread per embedder (``FLEXAMEM_THREADS=1``) as the tests share 2 cores."""
+    appended to ``log``; ``FLEXAMEM_THREADS`` set to ``threads`` (1: one thread per embedder, as the tests
+    share 2 cores; None: not set)."""
 
     def __init__(
-        self, db: str, keyfile: Path, log: Path, *, port: int | None = None, workers: int = 2, args: Sequence[str] = ()
+        self,
+        db: str,
+        keyfile: Path,
+        log: Path,
+        *,
+        port: int | None = None,
+        workers: int = 2,
+        args: Sequence[str] = (),
+        threads: str | None = "1",
     ) -> None:
         self.db, self.keyfile, self.log = db, keyfile, log
         self.port = port or free_port()
@@ -36,13 +45,16 @@ class ServerProcess:
         self.command = [sys.executable, "-m", "flexamem", "serve", "--db", db, "--keys", str(keyfile),
                         "--port", str(self.port), "--workers", str(workers), *args]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
+        self.threads = threads  # FLEXAMEM_THREADS in the server's environment (None: not set)
 
     def start(self, timeout: float = 120) -> ServerProcess:
         """Start it and wait until ``/health`` answers (a failed test, with the log's end, if it does not)."""
+        env = {k: v for k, v in os.environ.items() if k != "FLEXAMEM_THREADS"}
+        if self.threads is not None:
+            env["FLEXAMEM_THREADS"] = self.threads
         with self.log.open("a") as out:
             self.proc = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "FLEXAMEM_THREADS": "1"},
+                self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -244,3 +244,40 @@ def test_connections_opened_as_soon_as_the_port_answers_reach_both_workers(tmp_p
         assert all(held[pid] > 0 for pid in workers), held
     finally:
         server.stop()
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+@pytest.mark.parametrize(("threads", "args", "expected"), [(None, (), "1"), ("3", ("--embed-threads", "2"), "2")])
+def test_every_server_process_embeds_with_the_threads_it_was_given(
+    tmp_path: Path, threads: str | None, args: tuple[str, ...], expected: str
+) -> None:
+    """Without ``FLEXAMEM_THREADS`` the workers and their embedding processes embed with one thread each
+    (several processes share the cores: docs/PERFORMANCE.md); ``--embed-threads`` sets it, over the
+    environment's."""
+    keyfile = tmp_path / "keys.json"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    server = ServerProcess(str(tmp_path / "m.db"), keyfile, tmp_path / "serve.log", args=args, threads=threads)
+    server.start()
+    assert server.proc is not None
+    try:
+        assert environ_of(server.proc.pid).get("FLEXAMEM_THREADS") == threads  # as the server was started
+        processes_ = server.workers() + server.embedders()
+        assert len(processes_) >= 4  # 2 workers, each with its embedding processes
+        assert {environ_of(pid).get("FLEXAMEM_THREADS") for pid in processes_} == {expected}
+    finally:
+        server.stop()
+
+
+def test_embed_threads_below_one_is_refused(tmp_path: Path) -> None:
+    keyfile = tmp_path / "keys.json"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    run = subprocess.run(
+        [sys.executable, "-m", "flexamem", "serve", "--db", str(tmp_path / "m.db"), "--keys", str(keyfile),
+         "--embed-threads", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode != 0 and "--embed-threads must be at least 1" in run.stderr

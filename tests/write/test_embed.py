@@ -151,3 +151,15 @@ def test_a_text_is_embedded_once_per_write_and_once_per_history() -> None:
             assert np.abs(a.piece_vectors - b.piece_vectors).max() < 1e-5
             assert np.abs(a.embedding - b.embedding).max() < 1e-5
     twin.close()
+
+
+def test_the_vectors_do_not_depend_on_the_threads() -> None:
+    """A server embeds with one thread per process and a Memory with every core: one history written by
+    both must hold the vectors either would have made (int8 and fp32, short and long texts)."""
+    from flexamem.write.onnx_embed import OnnxMiniLMEmbedder
+
+    texts = ["hi", "Visa ending 4417", "the parcel went to depot seven " * 30, "Émile a réservé à Zürich.", "x " * 600]
+    for precision in ("int8", "fp32"):
+        one = OnnxMiniLMEmbedder(threads=1, precision=precision).embed(texts)
+        for threads in (2, 3):
+            assert np.array_equal(one, OnnxMiniLMEmbedder(threads=threads, precision=precision).embed(texts))

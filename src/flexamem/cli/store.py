@@ -415,6 +415,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.embed_processes < 1:
             raise InvalidInputError("--embed-processes must be at least 1")
         limit["embed_processes"] = args.embed_processes
+    if args.embed_threads is not None:
+        if args.embed_threads < 1:
+            raise InvalidInputError("--embed-threads must be at least 1")
+        limit["embed_threads"] = args.embed_threads
     if args.write_wait is not None:
         if args.write_wait < 0:
             raise InvalidInputError("--write-wait must be 0 (no bound) or more seconds")
@@ -576,6 +580,12 @@ def add_store_commands(sub: Any) -> None:
         type=int,
         help="embedding processes per worker: writes admitted together are embedded side by side "
         "(each holds a copy of the model, ~230 MB; default 2 on two cores or more, else 1)",
+    )
+    p.add_argument(
+        "--embed-threads",
+        type=int,
+        help="onnxruntime threads in each worker and embedding process (default: FLEXAMEM_THREADS, else 1: "
+        "the processes share the cores, and a second thread each costs CPU for little gain)",
     )
     p.add_argument(
         "--write-nice",

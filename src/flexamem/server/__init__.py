@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from flexamem.server.settings import SERVER_EMBED_THREADS
+
 if TYPE_CHECKING:
     from flexamem.server.app import ServerConfig
 
@@ -39,6 +41,10 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
     os.environ["FLEXAMEM_WRITE_TARGET"] = "" if config.write_target is None else str(config.write_target)
     os.environ["FLEXAMEM_WRITE_NICE"] = str(config.write_nice)
     os.environ["FLEXAMEM_EMBED_PROCESSES"] = str(config.embed_processes or "")
+    if config.embed_threads is not None:  # read where each process first builds its embedder (write/embed.py)
+        os.environ["FLEXAMEM_THREADS"] = str(config.embed_threads)
+    else:
+        os.environ.setdefault("FLEXAMEM_THREADS", str(SERVER_EMBED_THREADS))
     os.environ["FLEXAMEM_WRITE_WAIT"] = "" if config.write_wait is None else str(config.write_wait)
     os.environ["FLEXAMEM_RECORDS"] = config.records
     os.environ["FLEXAMEM_PROFILE"] = config.profile or ""

@@ -10,6 +10,7 @@ DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes
 DEFAULT_MAX_OPEN = 128  # histories kept open per worker
 DEFAULT_MAX_PENDING_WRITES = 8  # writes admitted at once per worker, a hard cap (docs/PERFORMANCE.md)
 DEFAULT_WRITE_TARGET = 1.0  # seconds a write may be predicted to wait for its vectors, to be admitted
+SERVER_EMBED_THREADS = 1  # onnxruntime threads per server process, FLEXAMEM_THREADS unset (docs/PERFORMANCE.md)
 DEFAULT_WRITE_NICE = 0  # the embedding process's scheduling priority (10: renders first; docs/PERFORMANCE.md)
 DEFAULT_BODY_TIMEOUT = 30.0  # seconds for a request's body to arrive in full (8 MiB at 280 KB/s)
 DEFAULT_KEEP_ALIVE = 5  # seconds an idle kept-alive connection stays open (uvicorn's default)
@@ -52,6 +53,12 @@ class ServerConfig:
     its own copy of the model, ~230 MB). None: 2 where the worker may run on two cores or more (a burst
     of writes on one worker then uses the core the other workers leave idle), else 1
     (docs/PERFORMANCE.md)."""
+    embed_threads: int | None = None
+    """Threads of each onnxruntime session in the server's processes (the workers' query forwards, the
+    embedding processes' writes; ``FLEXAMEM_THREADS`` in them). None: ``FLEXAMEM_THREADS`` where it is
+    set, else 1: a server runs several such processes per core, and a second thread in each spends CPU
+    for little gain there (docs/PERFORMANCE.md). ``flexamem serve`` only: an app made by
+    :func:`create_app` in a process of one's own embeds as that process is set."""
     write_nice: int = DEFAULT_WRITE_NICE
     """The scheduling priority (``nice``, 0-19) of each worker's embedding process: the higher, the more
     the renders get the CPU first and the longer a write waits under load (0, the default: writes and
