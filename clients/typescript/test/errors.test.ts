@@ -107,7 +107,8 @@ describe("a real server's errors", () => {
     assert.ok(lines.length >= 3 && lines.some((l) => JSON.stringify(l).includes("4417")));
     const erased = await mem.erase({ turn: "t1", reason: "asked" });
     assert.deepEqual([erased.kind, erased.ids, erased.units], ["turn", ["t1"], ["u1"]]);
-    assert.ok(!(await mem.export()).includes("4417"));
+    // the number alone: a digest (hex) or a time in the export may hold the same four digits
+    assert.ok(!/(?<![0-9A-Za-z])4417(?![0-9A-Za-z])/.test(await mem.export()));
     assert.equal((await mem.erasures()).length, 1);
     assert.ok((await mem.histories()).some((h) => h.history === "heads" && h.notes === 2));
   });
