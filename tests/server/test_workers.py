@@ -38,14 +38,27 @@ def sockets_of(pid: int) -> set[int]:
     return found
 
 
-def tcp_sockets(port: int, state: str) -> set[int]:
-    """Inodes of the IPv4 TCP sockets on local port ``port`` in ``state`` (0A listening, 01 established)."""
+def tcp_sockets(port: int, state: str, peers: set[int] | None = None) -> set[int]:
+    """Inodes of the IPv4 TCP sockets on local port ``port`` in ``state`` (0A listening, 01 established),
+    only those whose remote port is in ``peers`` when given."""
     found = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+        peer = int(fields[2].rsplit(":", 1)[1], 16)
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state and (peers is None or peer in peers):
             found.add(int(fields[9]))
     return found
+
+
+def client_ports(port: int) -> set[int]:
+    """The local ports of this process's established connections to ``port``."""
+    mine = sockets_of(os.getpid())
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and int(fields[9]) in mine:
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def port_of(server: Server) -> int:
@@ -68,11 +81,12 @@ def connections_per_worker(url: str, port: int, workers: list[int], n: int = 16)
     """Open ``n`` kept-alive connections at once (``/health`` on each) and count those each worker holds."""
 
     async def burst() -> Counter[int]:
+        before = client_ports(port)  # connections to the server this process held already (not the burst's)
         limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
         async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
             answers = await asyncio.gather(*(client.get("/health") for _ in range(n)))
             assert all(a.status_code == 200 for a in answers)
-            established = tcp_sockets(port, "01")
+            established = tcp_sockets(port, "01", peers=client_ports(port) - before)  # the burst's, server side
             return Counter({pid: len(sockets_of(pid) & established) for pid in workers})
 
     return asyncio.run(burst())
