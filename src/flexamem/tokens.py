@@ -132,7 +132,7 @@ class TokenCounter:
         segments: list[str] = []
         run: list[str] = []
         for held in lines:
-            for line in held.split("\n") if "\n" in held else (held,):
+            for line in held.split("\n"):
                 if run and splits_after_break(line):
                     segments.append("\n".join(run))
                     run = []
