@@ -1,8 +1,10 @@
 """The HTTP API against a real server: every door used, tenants kept apart, bad input refused with a 4xx."""
 
+import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -118,6 +120,27 @@ def test_bad_requests_get_clear_4xx_and_lose_nothing(server: Server) -> None:
     log = server.log.read_text()
     assert '"status": 413' in log and all(k not in log for k in server.keys.values())
     assert all(k not in server.keyfile.read_text() for k in server.keys.values())  # hashes only
+
+
+def test_a_chunked_body_past_the_limit_gets_413_and_the_connection_goes_on(server: Server) -> None:
+    """A body sent without Content-Length (chunked) is counted as it arrives: past the limit it gets 413
+    like a declared one, and the rest of it is read, so the next request on the kept-alive connection is
+    answered as itself."""
+    text = json.dumps({"turns": [{"speaker": "A", "text": "x" * 300_000}]}).encode()
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(text), 16_384):
+            yield text[i : i + 16_384]
+
+    with server.client() as c:
+        r = c.post("/v1/histories/chunked/sessions", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "PayloadTooLarge", r.text
+        assert "content-length" not in r.request.headers  # sent chunked
+        assert r.headers.get("connection") != "close"  # kept alive: its body was read to the end
+        ok = c.post("/v1/histories/chunked/sessions", json={"turns": [{"speaker": "A", "text": "after the refusal"}]})
+        assert ok.status_code == 200, ok.text
+        notes = c.get("/v1/histories/chunked/notes").json()
+        assert len(notes) == len(ok.json()["units"]) == 1  # the 413 stored nothing
 
 
 def test_the_openapi_spec_describes_every_route(server: Server) -> None:

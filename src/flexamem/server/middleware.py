@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 
 from flexamem.server.errors import GONE, error_response, internal_error
@@ -62,52 +63,108 @@ class RecycledConnections:
         await self.app(scope, receive, closing)
 
 
-def install_middleware(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
-    """Bound every request's body, log and count each request, and close a kept-alive connection after
-    ``config.keep_alive_requests`` answers."""
-    if config.keep_alive_requests:
-        app.add_middleware(RecycledConnections, requests=config.keep_alive_requests)
+class RequestLimits:
+    """ASGI middleware around every request (pure ASGI: no task or stream of its own per request): its
+    body read in full within ``config.body_timeout`` and no larger than ``config.max_body_bytes`` (408,
+    413; 499 logged for a client gone before its body was in), then handed to the app; a bug answered as
+    one JSON 500; one log line and the request metrics once it is answered."""
 
-    async def answer(request: Request, call_next: Any) -> Any:
-        """The request's response, once its body is in whole (413, 408, or 499 for a client gone)."""
-        too_large = TOO_LARGE.format(config.max_body_bytes)
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
-            return error_response(413, "PayloadTooLarge", too_large)
+    def __init__(self, app: Any, config: ServerConfig, metrics: Metrics) -> None:
+        self.app, self.config, self.metrics = app, config, metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 0
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        body = await self._body(scope, receive)
+        if isinstance(body, Response):
+            if body.status_code != GONE:  # nobody to answer a client gone
+                await body(scope, receive, sending)
+            status = status or body.status_code
+        else:
+            given = False
+
+            async def replay() -> Any:  # the body read above, then what the connection says next
+                nonlocal given
+                if not given:
+                    given = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            try:
+                with remote_parent(Headers(scope=scope)):  # the caller's trace, when it sent one
+                    await self.app(scope, replay, sending)
+            except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
+                if status:  # the answer had begun: nothing can replace it
+                    raise
+                await internal_error(Request(scope), exc)(scope, receive, sending)
+        self._logged(scope, status, time.perf_counter() - start)
+
+    async def _body(self, scope: Any, receive: Any) -> bytes | Response:
+        """The request's body, or the answer that replaces the request (413, 408, or 499 for a client gone)."""
+        limit = self.config.max_body_bytes
+        too_large = error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return too_large
+        chunks: list[bytes] = []
+        size = 0
+
+        async def read() -> None:
+            nonlocal size
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size <= limit:  # past it the rest is read and dropped: the connection stays in step
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return
+
         try:
-            body = await asyncio.wait_for(request.body(), config.body_timeout)
+            await asyncio.wait_for(read(), self.config.body_timeout)
         except TimeoutError:  # a body slower than the limit, or shorter than its Content-Length
             late = error_response(
-                408, "RequestTimeout", f"the request's body did not arrive in full within {config.body_timeout:g} s"
+                408,
+                "RequestTimeout",
+                f"the request's body did not arrive in full within {self.config.body_timeout:g} s",
             )
             late.headers["Connection"] = "close"  # the rest of the body would be read as the next request
             return late
         except ClientDisconnect:  # the client went away before its body was in: nobody to answer
             return Response(status_code=GONE)
-        if len(body) > config.max_body_bytes:
-            return error_response(413, "PayloadTooLarge", too_large)
-        try:
-            with remote_parent(request.headers):  # the caller's trace, when it sent one
-                return await call_next(request)
-        except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
-            return internal_error(request, exc)
+        return too_large if size > limit else b"".join(chunks)
 
-    @app.middleware("http")
-    async def limits_and_logs(request: Request, call_next: Any) -> Any:
-        start = time.perf_counter()
-        response = await answer(request, call_next)
-        seconds = time.perf_counter() - start
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
-        metrics.request_seconds.labels(route).observe(seconds)
+    def _logged(self, scope: Any, status: int, seconds: float) -> None:
+        route = getattr(scope.get("route"), "path", "unmatched")
+        self.metrics.requests.labels(route, scope["method"], str(status)).inc()
+        self.metrics.request_seconds.labels(route).observe(seconds)
         line = {
-            "method": request.method,
-            "path": request.url.path,
-            "status": response.status_code,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
             "ms": round(seconds * 1000, 1),
-            "tenant": getattr(request.state, "tenant", None),
+            "tenant": scope.get("state", {}).get("tenant"),
         }
-        if response.status_code == GONE:  # one line, never a traceback
+        if status == GONE:  # one line, never a traceback
             line["error"] = "ClientDisconnect"
         log.info(json.dumps(line))
-        return response
+
+
+def install_middleware(app: FastAPI, config: ServerConfig, metrics: Metrics) -> None:
+    """Bound every request's body, log and count each request, and close a kept-alive connection after
+    ``config.keep_alive_requests`` answers."""
+    if config.keep_alive_requests:
+        app.add_middleware(RecycledConnections, requests=config.keep_alive_requests)
+    app.add_middleware(RequestLimits, config=config, metrics=metrics)  # added last: the outermost of the two

@@ -17,7 +17,7 @@ HistoryName = Annotated[str, Path(pattern=HISTORY, description="the history's na
 SessionName = Annotated[str, Path(pattern=SESSION, description="the agent session's id")]
 
 
-def tenant(request: Request) -> str:
+async def tenant(request: Request) -> str:
     """The tenant whose key the request carries (401 otherwise; 429 first when the caller's address has
     failed to authenticate too often: its key is then not even read)."""
     keys: KeyFile = request.app.state.keys

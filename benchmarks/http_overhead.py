@@ -1,0 +1,106 @@
+"""What serving a render over HTTP costs beyond the render itself (prints a table; figures, not a test).
+
+Writes H LoCoMo dev conversations into a SQLite store, then times the same warm renders two ways:
+
+- **in this process** (the floor): ``Memory.render`` for each question, its CPU time (the query's forward
+  plus the library's render), after one pass that warms the views;
+- **through ``flexamem serve --workers 1``**: one client sends the same renders one after the other over
+  one kept-alive connection; the server's CPU per request is read from ``/proc/PID/stat`` (its one
+  serving process; the embedding processes take no part in a render) before and after the timed pass.
+
+The difference is what the HTTP path adds per render (the event loop, HTTP parsing, the middleware,
+validation and JSON, the hop to a worker thread and back). Rounds alternate the two ways.
+
+    python benchmarks/http_overhead.py [--histories 4] [--rounds 3] [--budget 4096] [--serve-args '...']
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from server_load import Server  # a sibling script (as many_histories.py takes it): the server as a user starts it
+
+import flexamem as fm
+from flexamem.server import KeyFile
+from flexamem_bench.conversation_data import default_path
+from flexamem_bench.datasets import locomo_histories
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (its own threads, not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(default_path()), help="LoCoMo dev file")
+    parser.add_argument("--histories", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--serve-args", default="", help="more flexamem serve options")
+    args = parser.parse_args()
+    os.environ.setdefault("FLEXAMEM_THREADS", "1")  # as the server embeds (its default: one thread)
+
+    work = Path(tempfile.mkdtemp(prefix="flexamem-http-"))
+    db, keys = str(work / "h.db"), work / "keys.json"
+    key = KeyFile(str(keys)).add_key("bench")
+    data = locomo_histories(args.data)[: args.histories]
+    asks: list[tuple[str, str]] = []
+    for i, h in enumerate(data):
+        mem = fm.Memory(db, history=f"bench/h{i}")
+        turns = [[{"speaker": t["speaker"], "text": t["text"]} for t in s.turns] for s in h.sessions]
+        mem.add_sessions([{"turns": t} for t in turns])
+        mem.close()
+        asks += [(f"h{i}", q.question) for q in h.questions]
+    print(f"# {len(data)} histories, {len(asks)} questions, budget {args.budget}", file=sys.stderr)
+
+    mems = {f"h{i}": fm.Memory(db, history=f"bench/h{i}") for i in range(len(data))}
+    for name, q in asks:  # warm: views built, counts cached
+        mems[name].render(q, args.budget)
+    server = Server(db, keys, 1, args.serve_args.split())
+    rows: list[tuple[float, float, float]] = []
+    try:
+        server.wait()
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+
+            def over_http() -> None:
+                for name, q in asks:
+                    r = client.post(f"/v1/histories/{name}/render", json={"query": q, "budget": args.budget})
+                    r.raise_for_status()
+
+            over_http()  # warm the server's views
+            for _ in range(args.rounds):
+                start = time.process_time()
+                for name, q in asks:
+                    mems[name].render(q, args.budget)
+                floor = (time.process_time() - start) / len(asks)
+                before, wall = cpu_seconds(server.proc.pid), time.perf_counter()
+                over_http()
+                wall = (time.perf_counter() - wall) / len(asks)
+                served = (cpu_seconds(server.proc.pid) - before) / len(asks)
+                rows.append((floor, served, wall))
+    finally:
+        server.stop()
+        for m in mems.values():
+            m.close()
+    print("| round | render in this process, CPU | served over HTTP: server CPU | wall per request | HTTP adds |")
+    print("|---|---:|---:|---:|---:|")
+    for i, (floor, served, wall) in enumerate(rows, 1):
+        print(f"| {i} | {1000 * floor:.2f} ms | {1000 * served:.2f} ms | {1000 * wall:.2f} ms | "
+              f"{1000 * (served - floor):.2f} ms ({served / floor:.2f}x) |")  # fmt: skip
+    f, s = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+    print(f"| median | {1000 * f:.2f} ms | {1000 * s:.2f} ms | | {1000 * (s - f):.2f} ms ({s / f:.2f}x) |")
+
+
+if __name__ == "__main__":
+    main()
