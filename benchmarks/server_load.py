@@ -190,8 +190,8 @@ async def load(
                             # task of its own, so that this client's next requests go on as before
                             retries.append(asyncio.create_task(write_again(history, body, start, r)))
                     else:
-                        body = {"query": rng.choice(questions), "budget": budget}
-                        r = await client.post(f"/v1/histories/{history}/render", json=body)
+                        query = {"query": rng.choice(questions), "budget": budget}
+                        r = await client.post(f"/v1/histories/{history}/render", json=query)
                         if r.status_code == 200:
                             renders.append(time.perf_counter() - start)
                     status: int | str = r.status_code
@@ -255,7 +255,7 @@ def floors(
     """Median ms of a write's own embedding work (``writes`` added one by one after ``history``) and of a
     warm render with its query embedded, in this process, one at a time."""  # fmt: skip
     counting = Counting()
-    mem = fm.Memory(":memory:", embedder=counting)  # type: ignore[arg-type]
+    mem = fm.Memory(":memory:", embedder=counting)
     mem.add_sessions([{"turns": t, "session_id": f"s{k}"} for k, t in enumerate(history)])
     embed_ms = []
     for k, turns in enumerate(writes):
@@ -372,7 +372,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
     print(f"# {store}: {args.histories} histories x {args.sessions} sessions written in "
           f"{time.perf_counter() - start:.0f} s", file=sys.stderr)  # fmt: skip
     server = Server(db, keys, args.workers, args.serve_args.split())
-    rows = []
+    rows: list[str] = []
     try:
         server.wait()
         asyncio.run(
