@@ -119,6 +119,10 @@ def test_bad_requests_get_clear_4xx_and_lose_nothing(server: Server) -> None:
         assert [n["record"] for n in c.get("/v1/histories/keep/notes").json()]  # nothing lost
     log = server.log.read_text()
     assert '"status": 413' in log and all(k not in log for k in server.keys.values())
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    notes = [x for x in lines if x.get("path") == "/v1/histories/keep/notes" and x.get("status") == 200]
+    assert notes and all(x["tenant"] == "acme" and x["method"] == "GET" and x["ms"] >= 0 for x in notes)  # who asked
+    assert any(x.get("status") == 401 and x.get("tenant") is None for x in lines)  # no tenant named for a bad key
     assert all(k not in server.keyfile.read_text() for k in server.keys.values())  # hashes only
 
 
