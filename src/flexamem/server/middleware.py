@@ -85,12 +85,13 @@ class RequestLimits:
                 status = message["status"]
             await send(message)
 
-        body = await self._body(scope, receive)
-        if isinstance(body, Response):
-            if body.status_code != GONE:  # nobody to answer a client gone
-                await body(scope, receive, sending)
-            status = status or body.status_code
-        else:
+        try:
+            body = await self._body(scope, receive)
+            if isinstance(body, Response):
+                if body.status_code != GONE:  # nobody to answer a client gone
+                    await body(scope, receive, sending)
+                status = status or body.status_code
+                return
             given = False
 
             async def replay() -> Any:  # the body read above, then what the connection says next
@@ -107,15 +108,15 @@ class RequestLimits:
                 if status:  # the answer had begun: nothing can replace it
                     raise
                 await internal_error(Request(scope), exc)(scope, receive, sending)
-        self._logged(scope, status, time.perf_counter() - start)
+        finally:  # one line per request, however it ended
+            self._logged(scope, status, time.perf_counter() - start)
 
     async def _body(self, scope: Any, receive: Any) -> bytes | Response:
         """The request's body, or the answer that replaces the request (413, 408, or 499 for a client gone)."""
         limit = self.config.max_body_bytes
-        too_large = error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
         length = Headers(scope=scope).get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            return too_large
+            return error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
         chunks: list[bytes] = []
         size = 0
 
@@ -144,7 +145,9 @@ class RequestLimits:
             return late
         except ClientDisconnect:  # the client went away before its body was in: nobody to answer
             return Response(status_code=GONE)
-        return too_large if size > limit else b"".join(chunks)
+        if size > limit:
+            return error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
+        return b"".join(chunks)
 
     def _logged(self, scope: Any, status: int, seconds: float) -> None:
         route = getattr(scope.get("route"), "path", "unmatched")
