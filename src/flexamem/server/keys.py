@@ -99,7 +99,10 @@ class KeyFile:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _refresh(self) -> None:
-        stamp = self.path.stat().st_mtime if self.path.exists() else None
+        try:  # one stat per request (it runs on the event loop): the file missing is no key at all
+            stamp: float | None = self.path.stat().st_mtime
+        except FileNotFoundError:
+            stamp = None
         if stamp != self._stamp:
             data = self._data()
             self._by_hash = {str(h): str(t) for t, hs in data["tenants"].items() for h in hs}

@@ -85,8 +85,9 @@ class RequestLimits:
                 status = message["status"]
             await send(message)
 
+        headers = Headers(scope=scope)
         try:
-            body = await self._body(scope, receive)
+            body = await self._body(headers, receive)
             if isinstance(body, Response):
                 if body.status_code != GONE:  # nobody to answer a client gone
                     await body(scope, receive, sending)
@@ -102,7 +103,7 @@ class RequestLimits:
                 return await receive()
 
             try:
-                with remote_parent(Headers(scope=scope)):  # the caller's trace, when it sent one
+                with remote_parent(headers):  # the caller's trace, when it sent one
                     await self.app(scope, replay, sending)
             except Exception as exc:  # a real bug: one JSON 500 and one log line, the connection kept
                 if status:  # the answer had begun: nothing can replace it
@@ -111,12 +112,11 @@ class RequestLimits:
         finally:  # one line per request, however it ended
             self._logged(scope, status, time.perf_counter() - start)
 
-    async def _body(self, scope: Any, receive: Any) -> bytes | Response:
+    async def _body(self, headers: Headers, receive: Any) -> bytes | Response:
         """The request's body, or the answer that replaces the request (413, 408, or 499 for a client gone)."""
         limit = self.config.max_body_bytes
-        length = Headers(scope=scope).get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
+        length = headers.get("content-length")
+        declared_too_large = length is not None and (not length.isdigit() or int(length) > limit)
         chunks: list[bytes] = []
         size = 0
 
@@ -133,19 +133,20 @@ class RequestLimits:
                 if not message.get("more_body", False):
                     return
 
-        try:
-            await asyncio.wait_for(read(), self.config.body_timeout)
-        except TimeoutError:  # a body slower than the limit, or shorter than its Content-Length
-            late = error_response(
-                408,
-                "RequestTimeout",
-                f"the request's body did not arrive in full within {self.config.body_timeout:g} s",
-            )
-            late.headers["Connection"] = "close"  # the rest of the body would be read as the next request
-            return late
-        except ClientDisconnect:  # the client went away before its body was in: nobody to answer
-            return Response(status_code=GONE)
-        if size > limit:
+        if not declared_too_large:  # a body declared too large is answered at once, never read
+            try:
+                await asyncio.wait_for(read(), self.config.body_timeout)
+            except TimeoutError:  # a body slower than the limit, or shorter than its Content-Length
+                late = error_response(
+                    408,
+                    "RequestTimeout",
+                    f"the request's body did not arrive in full within {self.config.body_timeout:g} s",
+                )
+                late.headers["Connection"] = "close"  # the rest of the body would be read as the next request
+                return late
+            except ClientDisconnect:  # the client went away before its body was in: nobody to answer
+                return Response(status_code=GONE)
+        if declared_too_large or size > limit:
             return error_response(413, "PayloadTooLarge", TOO_LARGE.format(limit))
         return b"".join(chunks)
 
