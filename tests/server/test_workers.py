@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -295,3 +296,44 @@ def test_embed_threads_below_one_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode != 0 and "--embed-threads must be at least 1" in run.stderr
+
+
+def test_a_history_deleted_through_one_worker_is_404_on_every_worker_and_can_be_written_again(
+    server: Server,
+) -> None:
+    """A render or a search of a history a worker holds open takes no look-up of its own: its catch-up
+    finds the history gone when another worker deleted it, and the answer is 404 there too; the same name
+    written again is rendered afresh, with none of the deleted words."""
+    port, history = port_of(server), "gone" + uuid.uuid4().hex[:8]
+    workers = list(listening_workers(server.pid, port))
+    clients: list[tuple[httpx.Client, int]] = []  # each client holds one connection, to a worker we know
+    try:
+        for _ in range(16):
+            before = client_ports(port)
+            client = server.client()
+            assert client.get("/health").status_code == 200
+            [local] = client_ports(port) - before
+            [server_side] = tcp_sockets(port, "01", peers={local})
+            clients.append((client, next(pid for pid in workers if server_side in sockets_of(pid))))
+        assert {pid for _, pid in clients} == set(workers), clients  # all on one worker: 2 in 65,536
+        first = clients[0][0]
+        turns = [{"speaker": "Ana", "text": "The spare key is under the blue heron statue."}]
+        assert first.post(f"/v1/histories/{history}/sessions", json={"turns": turns}).status_code == 200
+        render, search = f"/v1/histories/{history}/render", f"/v1/histories/{history}/search"
+        question = {"query": "Where is the spare key?", "budget": 600}
+        for client, _ in clients:  # every worker holds the history open, caught up
+            r = client.post(render, json=question)
+            assert r.status_code == 200 and "heron" in r.json()["text"]
+        assert first.delete(f"/v1/histories/{history}").status_code == 200
+        for client, pid in clients:
+            for path, body in ((render, question), (search, {"query": "spare key"})):
+                r = client.post(path, json=body)
+                assert r.status_code == 404 and "no history" in r.json()["error"]["message"], (pid, path, r.text)
+        turns = [{"speaker": "Ana", "text": "The spare key now hangs in the garage."}]
+        assert clients[-1][0].post(f"/v1/histories/{history}/sessions", json={"turns": turns}).status_code == 200
+        for client, _ in clients:
+            text = client.post(render, json=question).json()["text"]
+            assert "garage" in text and "heron" not in text
+    finally:
+        for client, _ in clients:
+            client.close()

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from flexamem.budget import MAX_BUDGET
-from flexamem.render.result import rendering_json
+from flexamem.memory import Memory
+from flexamem.render.result import Rendering, rendering_json
 from flexamem.server.errors import Refusal, answers
 from flexamem.server.keys import Link, link_view
 from flexamem.server.metrics import timed
@@ -27,17 +28,20 @@ def add_routes(router: APIRouter, s: ServerState) -> None:
     @router.post("/v1/histories/{history}/render", response_model=RenderOut, responses=answers(400, 404, 413, 422))
     def render(body: RenderIn, history: HistoryName, t: Tenant) -> dict[str, Any]:
         """The memory for one query within the budget (no model call)."""
-        mem = s.memories.existing(t, history, body.profile)
-        s.metrics.open.set(s.memories.open_count)
+
+        def rendered(mem: Memory) -> Rendering:
+            return mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt, order=body.order)
+
         with timed(s.metrics.render_seconds):
-            r = mem.render(body.query, body.budget, mode=body.mode, prompt=body.prompt, order=body.order)
+            r = s.memories.read(t, history, body.profile, rendered)
+        s.metrics.open.set(s.memories.open_count)
         s.metrics.tokens.inc(r.tokens)
         return rendering_json(r)
 
     @router.post("/v1/histories/{history}/search", response_model=list[HitOut], responses=answers(400, 404, 413, 422))
     def search(body: SearchIn, history: HistoryName, t: Tenant) -> list[dict[str, Any]]:
         """The turns a render would recover first for the query, best first (no budget, no model call)."""
-        hits = s.memories.existing(t, history).search(body.query, mode=body.mode, limit=body.limit)
+        hits = s.memories.read(t, history, None, lambda mem: mem.search(body.query, mode=body.mode, limit=body.limit))
         return [dataclasses.asdict(h) for h in hits]
 
     @router.post("/v1/histories/{history}/inspect-link", response_model=LinkOut, responses=answers(400, 404, 413, 422))

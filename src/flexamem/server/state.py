@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flexamem.agent import AgentSession
 from flexamem.errors import InvalidInputError, NotFoundError, ServerBusyError
@@ -24,6 +24,8 @@ from flexamem.server.settings import DEFAULT_MAX_OPEN, ServerConfig
 from flexamem.write.default_embed import default_embedder, endpoint_chosen
 from flexamem.write.embed import Embedder
 from flexamem.write.records import RecordWriter
+
+T = TypeVar("T")
 
 
 class Memories:
@@ -50,11 +52,15 @@ class Memories:
         self._lock = threading.Lock()
         self.evicted = 0
 
-    def get(self, tenant: str, history: str, profile: str | None = None) -> Memory:
-        """The tenant's history rendered with ``profile`` (None: the server's), opened once per profile."""
+    def _key(self, tenant: str, history: str, profile: str | None) -> tuple[str, str, str]:
+        """The history's id, its profile's name and its key among the open ones."""
         hid = f"{tenant}/{history}"
         name = self.profile if profile is None else named_profile(profile).name
-        key = hid if name == self.profile else f"{hid}#{name}"
+        return hid, name, hid if name == self.profile else f"{hid}#{name}"
+
+    def get(self, tenant: str, history: str, profile: str | None = None) -> Memory:
+        """The tenant's history rendered with ``profile`` (None: the server's), opened once per profile."""
+        hid, name, key = self._key(tenant, history, profile)
         with self._lock:
             mem = self._open.get(key)
             if mem is not None:
@@ -75,10 +81,29 @@ class Memories:
 
     def existing(self, tenant: str, history: str, profile: str | None = None) -> Memory:
         """The tenant's history, which exists when it holds notes or agent sessions (404 otherwise)."""
+        self._check(tenant, history)  # a probe of a missing name keeps no Memory open
+        return self.get(tenant, history, profile)
+
+    def read(self, tenant: str, history: str, profile: str | None, use: Callable[[Memory], T]) -> T:
+        """``use(memory)`` on the tenant's existing history (404 otherwise), for a use that catches the
+        view up with the store first (a render, a search). A history this worker holds open, with notes
+        when last read, is not looked up before: the use's own catch-up (one read of the history's head)
+        finds it gone when it was deleted meanwhile, through any worker, and the answer is 404 all the
+        same. One read a warm render instead of two."""
+        with self._lock:
+            held = self._open.get(self._key(tenant, history, profile)[2])
+        if held is None or held.core.epoch is None:
+            return use(self.existing(tenant, history, profile))
+        self.get(tenant, history, profile)  # the most recently used again
+        out = use(held)
+        if held.core.epoch is None:  # gone since this worker last read it: what it rendered is not shown
+            self._check(tenant, history)
+        return out
+
+    def _check(self, tenant: str, history: str) -> None:
         hid = f"{tenant}/{history}"
         if self.store.history_kind(hid) is None and not self.store.sessions(hid):
-            raise NotFoundError(f"no history {history!r}")  # a probe of a missing name keeps no Memory open
-        return self.get(tenant, history, profile)
+            raise NotFoundError(f"no history {history!r}")
 
     def histories(self, tenant: str) -> list[dict[str, Any]]:
         prefix = f"{tenant}/"
