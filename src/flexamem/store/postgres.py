@@ -62,7 +62,7 @@ class PostgresStore(SQLStore):
                 url,
                 min_size=1,
                 max_size=pool_size,
-                kwargs={"autocommit": False, "options": options},
+                kwargs={"autocommit": True, "options": options},  # a read is one statement; a write, transaction()
                 open=True,
                 timeout=30,
             )
@@ -124,8 +124,6 @@ class PostgresStore(SQLStore):
             row = conn.execute("SELECT version FROM flexamem_migrations").fetchone()
         except self._psycopg.Error as exc:
             raise ReadOnlyStoreError(f"{_safe(self.path)} has no FlexA-Mem schema and is open read-only") from exc
-        finally:
-            conn.rollback()
         if row is None or row[0] != SCHEMA_VERSION:
             raise ReadOnlyStoreError(f"database schema needs migrating, but {_safe(self.path)} is open read-only")
 
@@ -146,13 +144,9 @@ class PostgresStore(SQLStore):
         sql = sql.replace("?", "%s")  # the shared queries (store/sql.py) use ? placeholders
         for attempt in range(2):
             try:
-                with self._conn() as conn:
-                    try:
-                        rows: list[Any] = conn.execute(sql, args).fetchall()
-                        return rows
-                    finally:
-                        if not conn.closed:
-                            conn.rollback()
+                with self._conn() as conn:  # one statement, one snapshot: no BEGIN and ROLLBACK round trips
+                    rows: list[Any] = conn.execute(sql, args).fetchall()
+                    return rows
             except StoreUnavailableError:
                 if attempt:
                     raise
@@ -165,9 +159,7 @@ class PostgresStore(SQLStore):
         bytes until they are recycled or expire: docs/RELIABILITY.md says what an operator must do."""
         if self.read_only:
             raise ReadOnlyStoreError(f"{_safe(self.path)} is open read-only")
-        with self._conn() as conn:
-            conn.rollback()
-            conn.autocommit = True
+        with self._conn() as conn:  # autocommit: VACUUM runs outside a transaction
             try:
                 for table in SCRUBBED:
                     conn.execute(f"VACUUM FULL {table}")
@@ -175,8 +167,6 @@ class PostgresStore(SQLStore):
                     conn.execute("CHECKPOINT")
             except self._psycopg.Error as exc:
                 raise _map_error(exc, self.path) from exc
-            finally:
-                conn.autocommit = False
 
     def close(self) -> None:
         with self._lock:
