@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from flexamem.chat import chat_problems
+from tests.servers import worker_pids
 
 from .conftest import Server
 
@@ -145,6 +146,37 @@ def test_a_chunked_body_past_the_limit_gets_413_and_the_connection_goes_on(serve
         assert ok.status_code == 200, ok.text
         notes = c.get("/v1/histories/chunked/notes").json()
         assert len(notes) == len(ok.json()["units"]) == 1  # the 413 stored nothing
+
+
+def resident_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_a_chunked_body_past_the_limit_is_not_held_in_memory(server: Server) -> None:
+    """64 MiB sent chunked to a server that takes 200 kB: the bytes past the limit are read and dropped,
+    so near the end of the upload no worker holds 8 MiB more than it held before (a body
+    kept whole would add its 64 MiB to one of them)."""
+    workers = worker_pids(server.pid)
+    before = {pid: resident_kib(pid) for pid in workers}
+    grown: list[int] = []
+    block = b"x" * 65_536
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"turns": [{"speaker": "A", "text": "'
+        for i in range(1024):
+            yield block
+            if i == 960:  # 60 MiB sent: what each worker holds now, over what it held before
+                grown.append(max(resident_kib(pid) - before[pid] for pid in workers))
+        yield b'"}]}'
+
+    with server.client() as c:
+        r = c.post("/v1/histories/chunked-big/sessions", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert c.get("/v1/histories/chunked-big/notes").status_code == 404  # nothing stored
+    assert grown and grown[0] < 8 * 1024, f"a worker grew by {grown[0] // 1024} MiB during the upload"
 
 
 def test_the_openapi_spec_describes_every_route(server: Server) -> None:
