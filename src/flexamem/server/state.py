@@ -86,15 +86,17 @@ class Memories:
 
     def read(self, tenant: str, history: str, profile: str | None, use: Callable[[Memory], T]) -> T:
         """``use(memory)`` on the tenant's existing history (404 otherwise), for a use that catches the
-        view up with the store first (a render, a search). A history this worker holds open, with notes
-        when last read, is not looked up before: the use's own catch-up (one read of the history's head)
-        finds it gone when it was deleted meanwhile, through any worker, and the answer is 404 all the
-        same. One read a warm render instead of two."""
+        view up with the store first (a render, a search). A history this worker holds open, and found
+        stored when it last read it, is not looked up before: the use's own catch-up (one read of the
+        history's head) finds it gone when it was deleted meanwhile, through any worker, and the answer
+        is 404 all the same. One read a warm render instead of two."""
+        key = self._key(tenant, history, profile)[2]
         with self._lock:
-            held = self._open.get(self._key(tenant, history, profile)[2])
+            held = self._open.get(key)
+            if held is not None:
+                self._open.move_to_end(key)  # the most recently used
         if held is None or held.core.epoch is None:
             return use(self.existing(tenant, history, profile))
-        self.get(tenant, history, profile)  # the most recently used again
         out = use(held)
         if held.core.epoch is None:  # gone since this worker last read it: what it rendered is not shown
             self._check(tenant, history)
