@@ -88,12 +88,9 @@ class NoteWriter:
         if not drafts:
             return Prepared((), (), np.zeros((0, self.embedder.dim), dtype=np.float32), (), (), ())
         field_texts = [r.fields.as_text() for r in records]
-        vectors = embed_unique(
-            self.embedder, [embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)]
-        )
         counts = self.counter.count_many([d.raw for d in drafts] + [r.text for r in records] + field_texts)
         pieces = [cut_pieces(d, self.settings.kappa, self.counter) for d in drafts]
-        piece_vectors: list[np.ndarray | None] = [None] * len(drafts)
+        wanted: list[int] = []
         if self.settings.piece_vectors:  # agent units only when agent ``auto`` gives the cosine a weight
             wanted = [
                 i
@@ -101,11 +98,15 @@ class NoteWriter:
                 if len(ps) <= self.settings.piece_vector_limit
                 and (drafts[i].kind != "agent" or self.settings.rankers[AgentRanking].agent_auto_alpha < 1)
             ]
-            flat = embed_unique(self.embedder, [p.text for i in wanted for p in pieces[i]], self.known)
-            start = 0
-            for i in wanted:
-                piece_vectors[i] = flat[start : start + len(pieces[i])]
-                start += len(pieces[i])
+        unit_texts = [embedding_text(r.text, f) for r, f in zip(records, field_texts, strict=True)]
+        # one call for the units' and the pieces' texts: a server embeds them in one job, so a write waits
+        # once for an embedding process, not twice (a text the history holds a vector of is not embedded)
+        flat = embed_unique(self.embedder, unit_texts + [p.text for i in wanted for p in pieces[i]], self.known)
+        vectors, start = flat[: len(unit_texts)], len(unit_texts)
+        piece_vectors: list[np.ndarray | None] = [None] * len(drafts)
+        for i in wanted:
+            piece_vectors[i] = flat[start : start + len(pieces[i])]
+            start += len(pieces[i])
         return Prepared(tuple(drafts), tuple(records), vectors, tuple(counts), tuple(pieces), tuple(piece_vectors))
 
     def rewrite(self, note: Note, draft: UnitDraft, record: Record) -> Note:
