@@ -115,9 +115,11 @@ class Counting:
         self.inner = default_embedder()
         self.name, self.dim = self.inner.name, self.inner.dim
         self.texts: list[str] = []
+        self.calls = 0
 
     def embed(self, texts: "list[str]") -> np.ndarray:
         self.texts += list(texts)
+        self.calls += 1
         return self.inner.embed(texts)
 
 
@@ -151,6 +153,22 @@ def test_a_text_is_embedded_once_per_write_and_once_per_history() -> None:
             assert np.abs(a.piece_vectors - b.piece_vectors).max() < 1e-5
             assert np.abs(a.embedding - b.embedding).max() < 1e-5
     twin.close()
+
+
+def test_a_write_sends_its_units_and_pieces_texts_in_one_call() -> None:
+    """A server embeds each call as one job of an embedding process: a write that made two calls (its
+    units' texts, then its pieces') queued twice behind other writes."""
+    import flexamem as fm
+
+    counting = Counting()
+    with fm.Memory(":memory:", embedder=counting) as mem:
+        mem.add_session([{"speaker": "Ana", "text": "The ferry leaves at nine."}, {"speaker": "Bo", "text": "Pier 4."}])
+        assert counting.calls == 1
+        records = len(mem.history.notes)
+        pieces = sum(len(n.pieces) for n in mem.history.notes)
+        assert len(counting.texts) == records + pieces  # the one call held both kinds of text
+        mem.add_session([{"speaker": "Ana", "text": f"Day {i}: rain in Porto."} for i in range(3)])
+        assert counting.calls == 2
 
 
 def test_the_vectors_do_not_depend_on_the_threads() -> None:
