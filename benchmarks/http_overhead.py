@@ -31,10 +31,9 @@ import uuid
 from pathlib import Path
 
 import httpx
-from server_load import (
-    Server,
-    postgres_url,
-)  # a sibling script (as many_histories.py takes it): the server as a user starts it
+
+# a sibling script (as many_histories.py takes it): the server as a user starts it, the test suite's PostgreSQL
+from server_load import Server, postgres_url
 
 import flexamem as fm
 from flexamem.server import KeyFile
