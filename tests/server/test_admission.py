@@ -18,12 +18,9 @@ from flexamem.errors import ServerBusyError
 from flexamem.server.admission import OWN_WORK_TIMES, Admission, text_chars
 from flexamem.server.app import ServerConfig, create_app
 from flexamem.server.ingest import (
-    PART_CHARS,
     READ_CHARS,
     OffloadedEmbedder,
     embedded_chars,
-    parted,
-    ways,
     writing,
 )
 from flexamem.server.keys import KeyFile
@@ -241,8 +238,6 @@ def test_with_two_processes_writes_admitted_together_are_embedded_side_by_side()
             with writing():
                 out[w] = emb.embed(texts[w])
 
-        assert emb.parts == 1  # fp32 (the suite's embedder) batches texts: a write's texts stay one job
-        jobs = emb.jobs
         first = threading.Thread(target=write, args=("a",))
         first.start()
         deadline = time.monotonic() + 60
@@ -264,58 +259,7 @@ def test_with_two_processes_writes_admitted_together_are_embedded_side_by_side()
             assert isinstance(vectors, np.ndarray) and vectors.shape == (len(texts[w]), local.dim)
             assert np.allclose(vectors[:3], local.embed(texts[w][:3]), atol=1e-5)
         assert all(cpu_ticks(pid) > before[pid] + 50 for pid in children)  # both processes did the work
-        assert emb.jobs == jobs + 2  # one job a write
     finally:
         emb.close()
     with pytest.raises(ValueError, match="at least 1"):
         OffloadedEmbedder(processes=0)
-
-
-def test_a_writes_texts_are_parted_by_characters_into_parts_of_at_least_part_chars() -> None:
-    assert ways(2 * PART_CHARS - 1, 2) == 1 and ways(2 * PART_CHARS, 2) == 2 and ways(10**6, 2) == 2
-    assert ways(10**6, 1) == 1 and ways(0, 2) == 1 and ways(10**6, 3) == 3
-    texts = ["a" * 900, "b" * 100, "c" * 800, "d" * 300, "e" * 50, "f" * 650]
-    parts = parted(texts, 2)
-    assert len(parts) == 2 and sorted(t for p in parts for t in p) == sorted(texts)  # every text, once
-    loads = [sum(embedded_chars(t) for t in p) for p in parts]
-    assert abs(loads[0] - loads[1]) <= 100  # balanced: 1,350 / 1,450
-    assert all(p == [t for t in texts if t in p] for p in parts)  # each part keeps the order given
-    assert parted(["x"], 2) == [["x"]] and parted(texts, 1) == [texts]  # never an empty part
-    assert len(parted(["x" * 50_000, "y"], 2)) == 2  # a text past what the model reads counts what it reads
-
-
-def test_with_an_embedder_of_one_text_a_forward_a_long_write_is_parted_over_the_processes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """int8 forwards one text at a time, so a text's vector is the same whatever is sent beside it: a
-    long write's texts go to both processes at once (one job a part, both work on the one write) and its
-    vectors are exactly the local embedder's; a short write stays one job; the prediction counts a
-    parted write as its parts."""
-    monkeypatch.setenv("FLEXAMEM_EMBEDDER", "onnx-int8")  # the embedding processes inherit it
-    local = default_embedder()
-    assert getattr(local, "batch_size", None) == 1
-    others = set(multiprocessing.active_children())
-    emb = OffloadedEmbedder(local, processes=2)
-    try:
-        assert emb.parts == 2
-        measured(emb)
-        children = [c.pid for c in set(multiprocessing.active_children()) - others if c.pid is not None]
-        assert len(children) == 2
-        before = {pid: cpu_ticks(pid) for pid in children}
-        texts = [f"{line} (copy {n})" for n in range(20) for line in LINES]
-        jobs = emb.jobs
-        with writing():
-            vectors = emb.embed(texts)
-        assert emb.jobs == jobs + 2  # one write, two parts
-        assert all(cpu_ticks(pid) > before[pid] + 30 for pid in children)  # both processes worked on it
-        assert np.array_equal(vectors, local.embed(texts))  # bit for bit: parting changes no vector
-        short = ["one short text about the Lisbon trip", "and another"]
-        with writing():
-            assert np.array_equal(emb.embed(short), local.embed(short))
-        assert emb.jobs == jobs + 3  # too short to part: one job
-        one_part, two_parts = emb.backlog(PART_CHARS), emb.backlog(2 * PART_CHARS)
-        assert one_part is not None and one_part > 0
-        assert two_parts == pytest.approx(one_part)  # nothing in flight: two parts side by side take as long as one
-        assert emb.backlog(4 * PART_CHARS) == pytest.approx(2 * one_part)
-    finally:
-        emb.close()

@@ -1,12 +1,9 @@
 """The costly part of a write (embedding its units and pieces) runs in separate embedding processes,
 ``ServerConfig.embed_processes`` per server worker, at a scheduling priority of their own (``nice``,
 ``ServerConfig.write_nice``); renders embed their one short query in the worker itself. A write's texts
-go to the processes as jobs taken in order by the first process free: with two, writes admitted
-together by one worker are embedded side by side. A write's texts are one job, or, when the embedder
-forwards one text at a time (so a vector depends on its text only, never on the texts beside it: the
-default int8) and the write is long enough, one part per process, balanced by characters: a write
-arriving while the processes are free is embedded on all of them at once, in about half the time with
-two. Its vectors are the same whichever way its texts were parted. The jobs' measured pace is what the
+go to one process as one job (so its vectors never depend on how writes were grouped), and jobs are
+taken in order by the first process free: with two, writes admitted together by one worker are
+embedded side by side while the other worker's processes idle. The jobs' measured pace is what the
 admission of writes predicts from (server/admission.py).
 
 Nothing else about a write changes: the request is answered once its notes are stored in one
@@ -57,35 +54,12 @@ KEPT_VECTORS = 40_000  # vectors of refused writes kept for their retry (at most
 # the characters of MAX_SEQ_LEN tokens: what the model reads of a longer text (measured over 400
 # LongMemEval turns longer than 1,500 characters: p10 977, p50 1,109, p90 1,345 characters)
 READ_CHARS = 1100 * MAX_SEQ_LEN // 256
-# a write is parted over the embedding processes only into parts of at least this many characters
-# (~250 tokens, ~35 ms of one core's work): a part's own cost (sending it, a process waking) stays small
-PART_CHARS = 1000
 
 
 def embedded_chars(text: str) -> int:
     """The characters of ``text`` the embedder reads (it truncates at ``MAX_SEQ_LEN`` tokens): the unit
     of an embedding's work in the measured pace and the admission's prediction."""
     return min(len(text), READ_CHARS)
-
-
-def ways(chars: int, processes: int) -> int:
-    """Into how many parts a write of ``chars`` characters (embedded) is parted over ``processes``
-    embedding processes that may part writes: as many as there are processes, each of at least
-    ``PART_CHARS`` (one part for a short write)."""
-    return max(1, min(processes, chars // PART_CHARS))
-
-
-def parted(texts: Sequence[str], k: int) -> list[list[str]]:
-    """``texts`` in ``k`` parts of about equal characters (embedded), none empty: the longest text first
-    into the lightest part (each part keeps its texts in the order given)."""
-    k = max(1, min(k, len(texts)))
-    loads: list[int] = [0] * k
-    members: list[list[int]] = [[] for _ in range(k)]
-    for i in sorted(range(len(texts)), key=lambda i: -embedded_chars(texts[i])):
-        lightest = loads.index(min(loads))
-        loads[lightest] += embedded_chars(texts[i])
-        members[lightest].append(i)
-    return [[texts[i] for i in sorted(m)] for m in members if m]
 
 
 @dataclass
@@ -145,10 +119,9 @@ def _embed(texts: list[str]) -> tuple[np.ndarray, float]:  # in an embedding pro
 
 class OffloadedEmbedder:
     """An :class:`~flexamem.write.embed.Embedder` for a server worker: inside :func:`writing` the texts
-    are embedded by the worker's ``processes`` embedding processes (at ``nice``; None: 2 on two cores or
-    more, else 1), by one or, parted (:func:`ways`, :func:`parted`; ``parts``: at most how many), by
-    several; elsewhere (a render's query) in this process. :meth:`backlog` predicts how long what they
-    were sent will take."""
+    are embedded by one of the worker's ``processes`` embedding processes (at ``nice``; None: 2 on two
+    cores or more, else 1), elsewhere (a render's query) in this process; :meth:`backlog` predicts how
+    long what they were sent will take."""
 
     def __init__(
         self, local: Embedder | None = None, nice: int = DEFAULT_WRITE_NICE, processes: int | None = None
@@ -160,10 +133,7 @@ class OffloadedEmbedder:
         self.local = local or default_embedder()
         self.name, self.dim = self.local.name, self.local.dim
         self.nice = nice
-        self.processes = processes  # embedding processes: concurrent writes go to several
-        # a write's texts are parted over the processes only when a vector depends on its text alone (one
-        # text a forward): with batches (fp32) a text's vector moves (~1e-8) with the texts batched beside it
-        self.parts = processes if getattr(self.local, "batch_size", None) == 1 else 1
+        self.processes = processes  # embedding processes: a write's texts go to one, concurrent writes to several
         # two locks, never one inside the other: ``_lock`` guards the pool and may call into it;
         # ``_jobs_lock`` guards the jobs running and the vectors kept, and is all a job's callback (run
         # by the pool's own thread) takes, so the pool's thread never waits for a thread inside the pool
@@ -176,7 +146,6 @@ class OffloadedEmbedder:
         self._orphans: set[Job] = set()  # jobs of refused writes: their vectors are kept
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()  # a refused write's vectors, newest last
         self.offloaded = 0  # texts embedded by the embedding process
-        self.jobs = 0  # jobs sent to the embedding processes (a write's texts: one, or one per part)
         self.restarts = 0  # embedding processes that died and were replaced
         # the embedding processes' measured pace (under _jobs_lock): characters sent and not yet embedded,
         # in the order sent, and the recent jobs' seconds (each job's own time in its process, not its
@@ -229,31 +198,24 @@ class OffloadedEmbedder:
     def _offloaded(self, texts: list[str], clock: WriteClock) -> np.ndarray:
         """The vectors of ``texts`` from the embedding process: those kept for a refused write's retry
         taken, those another write (or an earlier attempt) is having embedded waited for, the rest sent
-        in one job, or one a part when parted."""
+        in one job."""
         with self._jobs_lock:
             rows = {t: self._running[t] for t in dict.fromkeys(texts) if t not in self._kept and t in self._running}
             new = [t for t in dict.fromkeys(texts) if t not in self._kept and t not in rows]
-        mine: set[Job] = set()  # the jobs sent for this call
         if new:
-            parts = parted(new, ways(sum(embedded_chars(t) for t in new), self.parts))
             with self._lock:
                 pool = self._pool_locked()
                 try:
-                    sending = [pool.submit(_embed, part) for part in parts]
+                    job = pool.submit(_embed, new)
                 except BrokenProcessPool:  # it died between jobs: the next attempt starts another
                     with self._jobs_lock:
                         self._broken.add(pool)
                     raise
             with self._jobs_lock:
-                sent = time.monotonic()
-                self.jobs += len(sending)
-                for job, part in zip(sending, parts, strict=True):
-                    for i, t in enumerate(part):
-                        self._running[t] = rows[t] = (job, i)
-                    self._queued[job] = (sum(embedded_chars(t) for t in part), sent)
-            for job, part in zip(sending, parts, strict=True):
-                job.add_done_callback(functools.partial(self._finished, part, pool))
-            mine = set(sending)
+                for i, t in enumerate(new):
+                    self._running[t] = rows[t] = (job, i)
+                self._queued[job] = (sum(embedded_chars(t) for t in new), time.monotonic())
+            job.add_done_callback(functools.partial(self._finished, new, pool))
         with self._lock:
             ready = [job for job in self._ready if not job.done()]
         if ready:  # the processes are starting (server start, a crash):
@@ -282,7 +244,7 @@ class OffloadedEmbedder:
             try:
                 out[n] = job.result()[0][i]  # the embedding process's failure, if any (BrokenProcessPool: again)
             except BrokenProcessPool:
-                if job in mine:  # ours: its pool is dead, whether or not its callback ran
+                if new and job is rows[new[0]][0]:  # ours: its pool is dead, whether or not its callback ran
                     with self._jobs_lock:
                         self._broken.add(pool)
                 raise
@@ -326,7 +288,7 @@ class OffloadedEmbedder:
 
     @property
     def jobs_in_flight(self) -> int:
-        """Jobs sent to the embedding processes and not finished (a write's texts, or one part of them)."""
+        """Jobs sent to the embedding processes and not finished (measured ones: a write's texts)."""
         with self._jobs_lock:
             return len(self._queued)
 
@@ -342,11 +304,10 @@ class OffloadedEmbedder:
         return None if pace is None else chars * pace
 
     def backlog(self, chars: int = 0, ahead: Sequence[int] = ()) -> float | None:
-        """Seconds until a write of ``chars`` characters sent now would have its vectors: behind the jobs
-        sent and not finished and writes of ``ahead`` characters each (admitted, their texts not sent
-        yet), each job taken in order by the first process free, at the pace of the recent jobs (which
-        the renders' load on the CPU slows); None until a job has been measured. A write that would be
-        parted counts as its parts (of equal characters), done when its last part is.
+        """Seconds until a job of ``chars`` characters sent now would be done: behind the jobs sent and
+        not finished and jobs of ``ahead`` characters each (writes admitted that have not sent their
+        texts), each taken in order by the first process free, at the pace of the recent jobs (which
+        the renders' load on the CPU slows); None until a job has been measured.
 
         A job sent earlier is counted from when it was sent (or its process was next free), so one
         nearly done counts what is left of it, not all of it."""
@@ -360,14 +321,10 @@ class OffloadedEmbedder:
             first = free.index(min(free))
             free[first] = max(free[first], sent) + job * pace
         free = [max(0.0, t - now) for t in free]  # from now (a job past its predicted end: about done)
-        done = 0.0
-        for write in (*ahead, chars):
-            k = ways(write, self.parts)
-            for _ in range(k):
-                first = free.index(min(free))
-                free[first] += write / k * pace
-                done = free[first]
-        return done
+        for job in ahead:
+            first = free.index(min(free))
+            free[first] += job * pace
+        return min(free) + chars * pace
 
     def close(self) -> None:
         """Stop the embedding processes and wait for them to exit (jobs not started are cancelled, one
