@@ -613,7 +613,7 @@ def add_store_commands(sub: Any) -> None:
         help="seconds for a request's line and headers; an idle new connection is closed, a started one gets 408 (10)",
     )
     p.add_argument("--body-timeout", type=float, help="seconds for a request's body once its headers are in; 408 (30)")
-    p.add_argument("--keep-alive", type=int, help="seconds an idle kept-alive connection stays open (5)")
+    p.add_argument("--keep-alive", type=int, help="seconds an idle kept-alive connection stays open (75)")
     p.add_argument(
         "--keep-alive-requests",
         type=int,

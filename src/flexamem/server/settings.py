@@ -13,7 +13,10 @@ DEFAULT_WRITE_TARGET = 1.0  # seconds a write may be predicted to wait for its v
 SERVER_EMBED_THREADS = 1  # onnxruntime threads per server process, FLEXAMEM_THREADS unset (docs/PERFORMANCE.md)
 DEFAULT_WRITE_NICE = 0  # the embedding process's scheduling priority (10: renders first; docs/PERFORMANCE.md)
 DEFAULT_BODY_TIMEOUT = 30.0  # seconds for a request's body to arrive in full (8 MiB at 280 KB/s)
-DEFAULT_KEEP_ALIVE = 5  # seconds an idle kept-alive connection stays open (uvicorn's default)
+# seconds an idle kept-alive connection stays open: longer than the idle expiry of the clients' and proxies'
+# pools (httpx 5 s, Node 4 s, aiohttp 15 s, nginx upstreams and AWS load balancers 60 s), so a client
+# never reuses a connection the server is closing at that moment (nginx's own default; uvicorn's is 5 s)
+DEFAULT_KEEP_ALIVE = 75
 DEFAULT_KEEP_ALIVE_REQUESTS = 100  # answers on one kept-alive connection before it is closed (Apache's default)
 DEFAULT_HEADER_TIMEOUT = 10.0  # seconds for a request's line and headers (server/protocol.py)
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's own bound on a head in pieces)
@@ -90,7 +93,9 @@ class ServerConfig:
     byte on a kept-alive one): an idle new connection is closed, a started head gets 408 (server/protocol.py;
     ``flexamem serve`` only)."""
     keep_alive: int = DEFAULT_KEEP_ALIVE
-    """Seconds a kept-alive connection may stay idle after an answer before it is closed (uvicorn)."""
+    """Seconds a kept-alive connection may stay idle after an answer before it is closed (uvicorn). Keep it
+    above the idle expiry of the clients' and proxies' connection pools: with equal ones a client may send
+    on a connection at the moment the server closes it, and that request fails (docs/doors/http.md)."""
     keep_alive_requests: int = DEFAULT_KEEP_ALIVE_REQUESTS
     """Answers on one kept-alive connection before it is closed (its last says ``Connection: close``; 0:
     never). A client that sends a light load over a pool of kept-alive connections (a proxy's, httpx's)
