@@ -1,3 +1,5 @@
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +141,22 @@ def test_settings_assigned_apply_from_the_next_call() -> None:
     assert max(p.tokens for p in fresh.notes()[0].pieces) <= 16 and fresh.write_settings()["kappa"] == 16
     with pytest.raises(fm.InvalidInputError):
         mem.settings = {"kappa": 16}  # type: ignore[assignment]
+
+
+def test_a_view_let_go_is_freed_at_once_not_by_the_cyclic_collector(tmp_path: Path) -> None:
+    """A rendered view holds no reference cycle (its renderer and timeline reach back to it weakly), so
+    a view a server's cache lets go is freed with its indexes at once. In a cycle it waited for a full
+    collection, which a worker opening many histories ran every ~1.5 s, holding every request for up to
+    0.4 s (docs/PERFORMANCE.md)."""
+    mem = fm.Memory(str(tmp_path / "m.db"), history="h")
+    mem.add_session([{"speaker": "Ana", "text": "The Lisbon trip is on the 14th, invoice INV-88."}])
+    mem.render("When is the trip?", 1024)
+    core, renderer = weakref.ref(mem.core), weakref.ref(mem.core.renderer)
+    gc.collect()
+    gc.disable()
+    try:
+        mem.close()
+        del mem
+        assert core() is None and renderer() is None  # freed by reference counting alone
+    finally:
+        gc.enable()

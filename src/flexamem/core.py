@@ -20,6 +20,7 @@ import dataclasses
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -110,6 +111,14 @@ def kept_load_problems(store: Store, history_id: str) -> list[str]:
     ]
 
 
+def _alive(view: weakref.ref[HistoryCore]) -> HistoryCore:
+    """The view a renderer was made for (it holds it weakly: see ``HistoryCore.renderer``)."""
+    core = view()
+    if core is None:
+        raise RuntimeError("this renderer's history view was closed")
+    return core
+
+
 class HistoryCore:
     """The view of one history that follows its store, and the only way notes are written to it."""
 
@@ -190,17 +199,21 @@ class HistoryCore:
     def renderer(self) -> Renderer:
         with self.lock:
             if self._renderer is None:
+                # the renderer and its timeline reach back to this view only weakly: a view dropped from a
+                # cache (a server's least recently used) is freed at once, not left to the cyclic collector
+                view = weakref.ref(self)
                 timeline = Timeline(
                     self.history,
                     self.store,
                     self.history_id,
                     self.writer,
                     self.counter,
-                    epoch=lambda: self.epoch,
-                    erasures=lambda: self.erasures,
+                    epoch=lambda: _alive(view).epoch,
+                    erasures=lambda: _alive(view).erasures,
                     merged_words=self.settings.merged_words,
                 )
-                self._renderer = Renderer(self.history, timeline, self.counter, self.settings, self.piece_vectors)
+                piece_vectors = lambda docs: _alive(view).piece_vectors(docs)  # noqa: E731
+                self._renderer = Renderer(self.history, timeline, self.counter, self.settings, piece_vectors)
             return self._renderer
 
     def use_settings(self, settings: Settings) -> None:

@@ -12,6 +12,7 @@ bodies). Several worker processes may serve one store (SQLite WAL or PostgreSQL;
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -138,6 +139,24 @@ def _in_order(app: FastAPI) -> None:
     app.router.routes.sort(key=place)  # a stable sort: FastAPI's own keep their order
 
 
+# allocations (less deallocations) between two collections of the youngest generation in a server worker,
+# not 700 (CPython's): a render's and a write's own objects die before a collection sees them, so fewer
+# are moved to older generations and the full collections they trigger come less often (docs/PERFORMANCE.md)
+WORKER_GC_THRESHOLD = 10_000
+
+
+def settle_collector(threshold: int = WORKER_GC_THRESHOLD) -> None:
+    """A server worker's garbage collector, once its app is made (its models and code loaded): what is
+    alive then is moved out of every later collection's scan (``gc.freeze``: it lives as long as the
+    worker), and the youngest generation is collected after ``threshold`` allocations. A full
+    collection holds the worker's interpreter (every request on it waits) for as long as it scans; it
+    then scans only what the worker took on since (the histories it holds open, the requests in
+    flight). Only ``flexamem serve``'s workers do this: a host application's collector is its own."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(threshold, *gc.get_threshold()[1:])
+
+
 def app_from_env() -> FastAPI:
     """For ``uvicorn --factory flexamem.server.app:app_from_env`` (several workers): the store and key
     file from ``FLEXAMEM_DB`` and ``FLEXAMEM_KEYS`` (add ``--http flexamem.server.protocol:GuardedH11Protocol``
@@ -153,7 +172,7 @@ def app_from_env() -> FastAPI:
     target = os.environ.get("FLEXAMEM_WRITE_TARGET", str(DEFAULT_WRITE_TARGET))  # "": no bound
     if records not in ("rule", "llm"):
         raise InvalidInputError("FLEXAMEM_RECORDS must be rule or llm")
-    return create_app(
+    app = create_app(
         ServerConfig(
             db,
             key_file,
@@ -173,3 +192,5 @@ def app_from_env() -> FastAPI:
             keep_alive_requests=int(os.environ.get("FLEXAMEM_KEEP_ALIVE_REQUESTS") or DEFAULT_KEEP_ALIVE_REQUESTS),
         )
     )
+    settle_collector()
+    return app
