@@ -1,13 +1,11 @@
 """The HTTP API against a real server: every door used, tenants kept apart, bad input refused with a 4xx."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -148,38 +146,6 @@ def test_a_chunked_body_past_the_limit_gets_413_and_the_connection_goes_on(serve
         assert ok.status_code == 200, ok.text
         notes = c.get("/v1/histories/chunked/notes").json()
         assert len(notes) == len(ok.json()["units"]) == 1  # the 413 stored nothing
-
-
-def health(sock: socket.socket) -> bytes:
-    """One ``GET /health`` on ``sock`` and its whole answer (b"" if the server closed the connection)."""
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(
-        next(v for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")) if k.lower() == b"content-length")
-    )
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head + b"\r\n\r\n" + body
-
-
-def test_an_idle_kept_alive_connection_outlives_the_pools_of_common_clients(server: Server) -> None:
-    """The server keeps an idle kept-alive connection open longer than httpx's pool keeps one (5 s):
-    with equal idle times a client may send on a connection as the server closes it, and the request
-    fails (measured with the server's former 5 s and httpx's default pool: 1 of 50 requests sent 4.995-
-    5.003 s after the previous one ended in ``ReadError``). Here the same connection answers after 6 s."""
-    url = urlsplit(server.url)
-    with socket.create_connection((url.hostname, url.port), 10) as sock:
-        sock.settimeout(10)
-        assert health(sock).startswith(b"HTTP/1.1 200 ")
-        time.sleep(6.0)  # past httpx's keepalive_expiry: an httpx pool would have dropped it by now
-        again = health(sock)
-        assert again.startswith(b"HTTP/1.1 200 "), again  # b"": the server had closed it
 
 
 def resident_kib(pid: int) -> int:
