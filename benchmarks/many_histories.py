@@ -41,9 +41,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
-from server_load import Server, percentile, postgres_url
+from server_load import CLIENTS, TRANSPORT_ERRORS, Server, percentile, poster, postgres_url
 
 import flexamem as fm
 from flexamem.server import KeyFile
@@ -159,7 +158,7 @@ async def load(url: str, key: str, names: list[str], bases: dict[str, str], ques
     first_ms: list[float] = []
     statuses: dict[str, int] = {}
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+    async with poster(args.client, url, headers, connections=args.clients) as post:
         end = time.perf_counter() + args.duration
 
         async def one() -> None:
@@ -170,9 +169,9 @@ async def load(url: str, key: str, names: list[str], bases: dict[str, str], ques
                 q = random.choice(questions[bases[name]])
                 start = time.perf_counter()
                 try:
-                    r = await client.post(f"/v1/histories/{name}/render", json={"query": q, "budget": args.budget})
+                    r = await post(f"/v1/histories/{name}/render", {"query": q, "budget": args.budget})
                     status = str(r.status_code)
-                except httpx.HTTPError as exc:
+                except TRANSPORT_ERRORS as exc:
                     status = type(exc).__name__
                 statuses[status] = statuses.get(status, 0) + 1
                 if status == "200":
@@ -205,6 +204,9 @@ def main() -> None:
     parser.add_argument("--mix", default="70,25,5", help="percent small, medium, large")
     parser.add_argument("--max-open", type=int, default=64)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--client", choices=CLIENTS, default="aiohttp", help="the generator's HTTP client (server_load.poster)"
+    )
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--budget", type=int, default=4096)
@@ -241,7 +243,7 @@ def main() -> None:
         finally:
             server.stop()
     a, f = result["all"], result["first"]
-    print(f"\n# the server: {args.workers} workers, --max-open {args.max_open}, {args.clients} clients, "
+    print(f"\n# the server: {args.workers} workers, --max-open {args.max_open}, {args.clients} {args.client} clients, "
           f"Zipf {args.zipf}, {args.duration:.0f} s")  # fmt: skip
     print("| histories | renders/s | render p50 / p99 (all) | first request to a history: share, p50 / p99 | "
           "distinct histories requested | worker RSS | statuses |")  # fmt: skip

@@ -31,7 +31,9 @@ before each write refused with 503: a refusal while the cores had time to spare 
 turned away with capacity left.
 
 ``--store postgres`` starts the local PostgreSQL of the test suite (scripts/start_postgres.sh) unless
-``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server.
+``FLEXAMEM_TEST_POSTGRES`` names one. The load generator runs on the same machine as the server, so
+its own CPU is taken from the server's cores: it sends with aiohttp (``--client``, :func:`poster`; until
+issue 52's session 41 it sent with httpx, which takes 3-4 times as much of the generator's CPU a request).
 """
 
 from __future__ import annotations
@@ -49,9 +51,12 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import aiohttp
 import httpx
 
 import flexamem as fm
@@ -116,6 +121,46 @@ class Server:
             self.proc.kill()
 
 
+class Answer(NamedTuple):
+    """What the load generator keeps of an answer (its body is read and dropped)."""
+
+    status_code: int
+    retry_after: str | None
+
+
+TRANSPORT_ERRORS = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
+CLIENTS = ("aiohttp", "httpx")
+
+
+@asynccontextmanager
+async def poster(
+    kind: str, url: str, headers: dict[str, str], connections: int
+) -> AsyncIterator[Callable[[str, dict[str, Any]], Awaitable[Answer]]]:
+    """``post(path, body)`` over one pool of kept-alive connections, by aiohttp (the default: about 0.9
+    ms of the generator's CPU a render request, measured on this machine) or httpx (3.0-3.4 ms): the
+    generator runs on the server's machine, so its CPU is taken from the server's cores."""
+    if kind == "httpx":
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
+
+            async def post_httpx(path: str, body: dict[str, Any]) -> Answer:
+                r = await client.post(path, json=body)
+                return Answer(r.status_code, r.headers.get("retry-after"))
+
+            yield post_httpx
+        return
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(url, headers=headers, connector=connector, timeout=timeout) as session:
+
+        async def post_aiohttp(path: str, body: dict[str, Any]) -> Answer:
+            async with session.post(path, json=body) as r:
+                await r.read()
+                return Answer(r.status, r.headers.get("Retry-After"))
+
+        yield post_aiohttp
+
+
 async def load(
     url: str,
     key: str,
@@ -131,6 +176,7 @@ async def load(
     retry: bool = False,
     fresh: list[list[dict[str, str]]] | None = None,
     think: float = 0.0,
+    client_kind: str = "aiohttp",
 ) -> dict[str, Any]:
     """C clients, each sending one request after the other for ``duration`` seconds. A write refused
     with 503 and ``Retry-After`` is sent again after it (at most 2 s, as the one-API client does; by a
@@ -138,7 +184,8 @@ async def load(
     past the phase; each acknowledged write's latency is its acknowledged request's, and the time from
     its first attempt is kept beside it. ``fresh``: each write takes the next session of this list
     (taken off it) instead of a random one of ``sessions``. ``think``: a client's mean pause after an
-    answer, in seconds (exponential; 0: none, each client sends as fast as it is answered)."""
+    answer, in seconds (exponential; 0: none, each client sends as fast as it is answered).
+    ``client_kind``: the HTTP client the generator sends with (:func:`poster`)."""
     rng = random.Random(seed)
     renders: list[float] = []
     writes: list[float] = []
@@ -147,14 +194,13 @@ async def load(
     acked: list[tuple[str, str]] = []
     refused_at: list[float] = []  # perf_counter times of the writes answered 503
     headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=clients + 64, max_keepalive_connections=clients + 64)  # + retries
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
+    async with poster(client_kind, url, headers, connections=clients + 64) as post:  # + the retries
         end = time.perf_counter() + duration
         retries: list[asyncio.Task[None]] = []
 
-        async def write(history: str, body: dict[str, Any], start: float) -> httpx.Response:
+        async def write(history: str, body: dict[str, Any], start: float) -> Answer:
             sent = time.perf_counter()
-            r = await client.post(f"/v1/histories/{history}/sessions", json=body)
+            r = await post(f"/v1/histories/{history}/sessions", body)
             if r.status_code == 200:
                 writes.append(time.perf_counter() - sent)  # the acknowledged request's own wait
                 first_to_ack.append(time.perf_counter() - start)
@@ -163,12 +209,12 @@ async def load(
                 refused_at.append(time.perf_counter())
             return r
 
-        async def write_again(history: str, body: dict[str, Any], start: float, r: httpx.Response) -> None:
-            while r.status_code == 503 and "retry-after" in r.headers and time.perf_counter() < end + 30:
-                await asyncio.sleep(min(float(r.headers["retry-after"]), 2.0))
+        async def write_again(history: str, body: dict[str, Any], start: float, r: Answer) -> None:
+            while r.status_code == 503 and r.retry_after is not None and time.perf_counter() < end + 30:
+                await asyncio.sleep(min(float(r.retry_after), 2.0))
                 try:
                     r = await write(history, body, start)
-                except httpx.HTTPError as exc:
+                except TRANSPORT_ERRORS as exc:
                     statuses[f"{type(exc).__name__} (retry)"] += 1
                     return
                 statuses[f"{r.status_code} (retry)"] += 1
@@ -185,17 +231,17 @@ async def load(
                         turns = fresh.pop() if fresh else rng.choice(sessions)
                         body = {"turns": turns, "session_id": sid}
                         r = await write(history, body, start)
-                        if r.status_code == 503 and retry and "retry-after" in r.headers:
+                        if r.status_code == 503 and retry and r.retry_after is not None:
                             # refused (busy): sent again after Retry-After, as the one-API client does, by a
                             # task of its own, so that this client's next requests go on as before
                             retries.append(asyncio.create_task(write_again(history, body, start, r)))
                     else:
                         query = {"query": rng.choice(questions), "budget": budget}
-                        r = await client.post(f"/v1/histories/{history}/render", json=query)
+                        r = await post(f"/v1/histories/{history}/render", query)
                         if r.status_code == 200:
                             renders.append(time.perf_counter() - start)
                     status: int | str = r.status_code
-                except httpx.HTTPError as exc:  # a timeout or a dropped connection is counted, not fatal
+                except TRANSPORT_ERRORS as exc:  # a timeout or a dropped connection is counted, not fatal
                     status = type(exc).__name__
                 statuses[status] += 1
                 if think > 0:
@@ -377,7 +423,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
         server.wait()
         asyncio.run(
             load(server.url, key, names, sessions, questions, clients=args.clients, duration=args.warmup,
-                 write_share=0.0, budget=args.budget, seed=99)
+                 write_share=0.0, budget=args.budget, seed=99, client_kind=args.client)
         )  # fmt: skip  # every worker opens every history and loads its models: not measured
         for phase, share in (("renders only", 0.0), (f"{args.write_share:.0%} session writes", args.write_share)):
             with CpuSampler() as cpu:
@@ -385,7 +431,7 @@ def run_store(store: str, args: argparse.Namespace, work: Path) -> list[str]:
                     load(
                         server.url, key, names, sessions, questions, clients=args.clients, duration=args.duration,
                         write_share=share, budget=args.budget, seed=len(rows), retry=args.retry_writes,
-                        fresh=pool if args.writes == "fresh" else None, think=args.think,
+                        fresh=pool if args.writes == "fresh" else None, think=args.think, client_kind=args.client,
                     )
                 )  # fmt: skip
             print(refusals_line(store, result, cpu), file=sys.stderr, flush=True)
@@ -442,11 +488,14 @@ def main() -> None:
     parser.add_argument(
         "--retry-writes", action="store_true", help="send a refused (503) write again after Retry-After (its own task)"
     )
+    parser.add_argument(
+        "--client", choices=CLIENTS, default="aiohttp", help="the generator's HTTP client (its CPU per request differs)"
+    )
     parser.add_argument("--serve-args", default="", help="more flexamem serve options, e.g. '--max-open 64'")
     args = parser.parse_args()
     # the floors are timed here with the threads the server embeds with (its default, unless set)
     os.environ.setdefault("FLEXAMEM_THREADS", str(SERVER_EMBED_THREADS))
-    print(f"# {os.cpu_count()} cores; {args.clients} clients on loopback (think {args.think:g} s), "
+    print(f"# {os.cpu_count()} cores; {args.clients} {args.client} clients on loopback (think {args.think:g} s), "
           f"{args.duration:.0f} s per phase; "
           f"flexamem serve --workers {args.workers} {args.serve_args}".rstrip())  # fmt: skip
     print(
