@@ -1,5 +1,6 @@
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,42 @@ def test_a_question_about_its_asker_says_i_or_my_and_addresses_no_one() -> None:
     assert not asks_about_asker("Which recipe did I get from the assistant?")  # names the other party
     assert not asks_about_asker("When did Caroline go to the support group?")  # no one's own words
     assert not asks_about_asker("")
+
+
+def test_a_field_is_read_as_a_reader_sees_it() -> None:
+    """NFKC, format characters and combining marks left out, every space a space, look-alikes of the
+    marks as the marks (docs/RENDERING.md, "Fields that could pose as structure")."""
+    from flexamem.text import as_read, reading
+
+    assert reading("Melanie:\u200b\u00a0Actually") == "Melanie: Actually"
+    assert reading("\uff3bu7 \u0387 9 June\uff3d") == "[u7 · 9 June]"
+    assert reading("\u27e6\u3010\u3014\u3016\u27e8 \u27e7\u3011\u3015\u3017\u27e9") == "[[[[[ ]]]]]"
+    assert reading("\u0387\u2219\u22c5\u30fb\uff65\u2022") == "······"
+    assert reading("\uffe8\u2502\u2503\u23d0\u2223\u01c0\u05c0\uff5c|") == "│" * 9
+    assert reading("\uff1a\u2236\ufe55") == ":::" and reading("\uff08\u2768") == "(("
+    assert reading("ジョン・スミス") == "ジョン・スミス" and "·" not in reading("ｼﾞｮﾝ･ｽﾐｽ")  # a katakana name's dot
+    assert reading("u1・1") == "u1·1" and reading("ジョン・") == "ジョン·"  # not between two katakana
+    assert reading("Zoë José 李雷 O'Brien Anne-Marie") == "Zoë José 李雷 O'Brien Anne-Marie"
+    assert as_read("a\u200bb") == [("a", 0), ("b", 2)]  # each read character keeps its stored index
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("\uff3bu7\uff3d Ana", "holds '［' (U+FF3B, read as '[')"),
+        ("Melanie:\u200b Actually", "holds ':\\u200b ' (U+003A U+200B U+0020, read as ': ')"),
+        ("u1 \u0387 1 May", "holds '\u0387' (U+0387, read as '\u00b7')"),
+        ("\uffe8PS", "holds '￨' (U+FFE8, read as '│')"),
+        ("\uff08x", "holds '（' (U+FF08, read as '(') at its start"),
+        ("Ana\uff1a", "holds '：' (U+FF1A, read as ':') at its end"),
+        ("\u200b", "shows nothing"),
+    ],
+)
+def test_a_speaker_posing_as_structure_is_refused_naming_the_character(value: str, message: str) -> None:
+    from flexamem.errors import InvalidInputError
+    from flexamem.text import clean_field
+
+    with pytest.raises(InvalidInputError) as raised:
+        clean_field(value, "turn 0 speaker", speaker=True)
+    assert message in str(raised.value) and str(raised.value).startswith("turn 0 speaker")
+    assert clean_field(value, "date") == value  # a date or an id is escaped when shown instead (format.time_tag)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -409,6 +410,115 @@ UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202
 LINE_BREAKS = re.compile(r"[\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 SPEAKER_FORBIDDEN = ("[", "]", "·", "│", ": ")  # a speaker holding one could pose as a header, a label or a turn
 
+# -- how a reader sees a field: look-alikes of the memory's own marks (docs/RENDERING.md) -------------
+# Each character below is read as the mark it resembles; the list is explicit (no Unicode property
+# groups exactly the shapes a reader confuses with these marks). NFKC already maps the full-width,
+# half-width, small and vertical presentation forms of most of them (［ ］ ︇ ﹇ ｜ ￨ ： ﹕ （ ﹙ ...),
+# which are listed too where their NFKC form is not the mark itself.
+_SQUARE_OPEN = (
+    "[\uff3b\ufe47"  # [ and its full-width and vertical forms
+    "\u27e6\u3010\u3014\u3016\u3018\u301a"  # ⟦ 【 〔 〖 〘 〚
+    "\u27e8\u2329\u3008\u27ea\u300a"  # ⟨ 〈 〈 ⟪ 《 (angle brackets)
+    "\u300c\u300e\uff62\ufe41\ufe43"  # 「 『 (corner brackets) and their forms
+    "\u2045\u298b\u298d\u298f\u2997\u23a1\u23a2\u23a3\u2308\u230a\u27ec\u2e22\u2e24"  # ⁅ ⦋ ⦍ ⦏ ⦗ ⎡ ⎢ ⎣ ⌈ ⌊ ⟬ ⸢ ⸤
+    "\ufe5d\ufe3b\ufe17\ufe39\ufe3f\ufe3d\ufe5b"  # small and vertical presentation forms of the above
+)
+_SQUARE_CLOSE = (
+    "]\uff3d\ufe48"
+    "\u27e7\u3011\u3015\u3017\u3019\u301b"  # ⟧ 】 〕 〗 〙 〛
+    "\u27e9\u232a\u3009\u27eb\u300b"  # ⟩ 〉 〉 ⟫ 》
+    "\u300d\u300f\uff63\ufe42\ufe44"  # 」 』
+    "\u2046\u298c\u298e\u2990\u2998\u23a4\u23a5\u23a6\u2309\u230b\u27ed\u2e23\u2e25"
+    "\ufe5e\ufe3c\ufe18\ufe3a\ufe40\ufe3e\ufe5c"
+)
+# the header separator's dot: · and ΄ ∙ ⋅ ・ ･ • ‧ ⸱ ꞏ ᛫ ᐧ ⦁ ⸳
+MIDDLE_DOTS = "\u00b7\u0387\u2219\u22c5\u30fb\uff65\u2022\u2027\u2e31\ua78f\u16eb\u1427\u2981\u2e33"
+# the continuation mark │ (U+2502): | and the box-drawing verticals, ⏐ ∣ ǀ ׀ ｜ ￨ ❘ ❙ ❚ ⎸ ⎹ ‖ ∥ ǁ । ॥ and
+# the vertical presentation forms ︱ ︲ ︳ ︴ (whose NFKC forms are dashes and low lines)
+_BARS = (
+    "\u2502|\u2503\u2506\u2507\u250a\u250b\u254e\u254f\u2551\u2575\u2577\u2579\u257b\u257d\u257f"
+    "\u23d0\u2223\u01c0\u05c0\uff5c\uffe8\u2758\u2759\u275a\u23b8\u23b9\u2016\u2225\u01c1\u0964\u0965"
+    "\ufe31\ufe32\ufe33\ufe34"
+)
+# a colon: ː ˸ ։ ׃ ܃ ܄ ፡ ᛬ ᠄ ⁚ ∶ ꓽ ꞉ and the forms NFKC maps to ':' (： ﹕ ︓)
+_COLONS = ":\u02d0\u02f8\u0589\u05c3\u0703\u0704\u1361\u16ec\u1804\u205a\u2236\ua4fd\ua789\uff1a\ufe55\ufe13"
+# an opening parenthesis (the marks (…) and (erased) begin with one): ❨ ❪ ⟮ ⸨ ﴾ ⎛ ⎜ ⎝ ⦅ and the forms
+# NFKC maps to '(' (（ ﹙ ⁽ ₍, and ⑴ ⒜ ..., which NFKC spells out with one)
+_PARENS = "(\u2768\u276a\u27ee\u2e28\ufd3e\u239b\u239c\u239d\u2985\uff5f\uff08\ufe59\u207d\u208d"
+LOOKALIKES: dict[str, str] = {
+    **dict.fromkeys(_SQUARE_OPEN, "["),
+    **dict.fromkeys(_SQUARE_CLOSE, "]"),
+    **dict.fromkeys(MIDDLE_DOTS, "·"),
+    **dict.fromkeys(_BARS, "│"),
+    **dict.fromkeys(_COLONS, ":"),
+    **dict.fromkeys(_PARENS, "("),
+}
+# letters and symbols drawn as blank space (Hangul fillers, the blank braille pattern): read as spaces
+_BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_INVISIBLE = frozenset(["Cf", "Mn", "Me"])  # format characters (U+200B, U+2060, ZWJ ...) and combining marks
+_KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+_KATAKANA_DOTS = "\u30fb\uff65"  # ・ between two katakana separates the words of a name (ジョン・スミス)
+
+
+def katakana_dot(text: str, i: int) -> bool:
+    """Whether ``text[i]``, a katakana middle dot, stands between two katakana: the word separator of a
+    name written in katakana (ジョン・スミス), not a look-alike of the header separator."""
+    return (
+        text[i] in _KATAKANA_DOTS
+        and 0 < i < len(text) - 1
+        and _KATAKANA.match(text[i - 1]) is not None
+        and _KATAKANA.match(text[i + 1]) is not None
+    )
+
+
+def as_read(text: str) -> list[tuple[str, int]]:
+    """``text`` as a reader sees it, one character at a time, each with the index of the stored
+    character it comes from: a look-alike of a mark (``LOOKALIKES``) as that mark, format characters
+    (Unicode category Cf: U+200B, U+2060, ZWJ, bidi marks ...) and combining marks left out, every
+    space (Zs, NBSP, tab ...) and blank-drawn character as a space, anything else in its NFKC form
+    (full-width, half-width, small, super- and subscript forms as the plain character). A katakana
+    middle dot between two katakana stays itself (``katakana_dot``)."""
+    out: list[tuple[str, int]] = []
+    for i, ch in enumerate(text):
+        mark = LOOKALIKES.get(ch)
+        if mark is not None:
+            out.append((ch if mark == "·" and katakana_dot(text, i) else mark, i))
+        elif ch.isspace() or ch in _BLANKS:
+            out.append((" ", i))
+        elif unicodedata.category(ch) not in _INVISIBLE:
+            for c in unicodedata.normalize("NFKC", ch):
+                if unicodedata.category(c) not in _INVISIBLE:
+                    out.append((" " if c.isspace() else LOOKALIKES.get(c, c), i))
+    return out
+
+
+def reading(text: str) -> str:
+    """``text`` as a reader sees it (:func:`as_read`), as one string."""
+    return "".join(c for c, _ in as_read(text))
+
+
+def _posing(text: str) -> tuple[str, str] | None:
+    """Where a speaker or actor, as read (:func:`as_read`), would pose as structure: the stored
+    characters and the mark they read as; None when it would not."""
+    read = as_read(text)
+    while read and read[0][0] == " ":
+        read.pop(0)
+    while read and read[-1][0] == " ":
+        read.pop()
+    if not read:
+        return text, "nothing visible"
+    seen = "".join(c for c, _ in read)
+    spots = [(seen.find(m), m) for m in SPEAKER_FORBIDDEN if m in seen]
+    if seen.startswith("("):
+        spots.append((0, "("))
+    if seen.endswith(":"):
+        spots.append((len(seen) - 1, ":"))
+    if not spots:
+        return None
+    at, mark = min(spots)
+    first, last = read[at][1], read[at + len(mark) - 1][1]
+    return text[first : last + 1], mark
+
 
 def visible(ch: str) -> str:
     """How a render shows one unsafe character (or ``<|``): a C0 control as its Unicode control
@@ -435,8 +545,10 @@ def inert(text: str) -> str:
 def clean_field(value: Any, what: str, *, speaker: bool = False) -> str:
     """A one-line field a render shows in its structure (a speaker, an actor, a date, a session or
     turn id), stripped, or :class:`InvalidInputError`: no line break and no control, bidi or
-    special-token text; a speaker (or actor) also holds none of ``[ ] · │ ": "``, does not begin with
-    ``(`` and does not end with ``:``, so that no speaker can pose as a header, a label or another turn."""
+    special-token text. A speaker (or actor), read as a reader sees it (:func:`as_read`: NFKC, format
+    characters left out, every space a space, look-alikes of the marks as the marks), also holds none
+    of ``[ ] · │ ": "``, does not begin with ``(``, does not end with ``:`` and is not blank, so that
+    no speaker can pose as a header, a label, a continuation line or another turn."""
     text = clean_text(value, what).strip()
     if LINE_BREAKS.search(text):
         raise InvalidInputError(f"{what} spans several lines")
@@ -444,11 +556,16 @@ def clean_field(value: Any, what: str, *, speaker: bool = False) -> str:
     if bad is not None:
         raise InvalidInputError(f"{what} holds {visible(bad.group())!r}, a control or special-token text")
     if speaker:
-        held = [s for s in SPEAKER_FORBIDDEN if s in text]
-        if held or text.startswith("(") or text.endswith(":"):
-            shown = held[0] if held else "(" if text.startswith("(") else ":"
+        posing = _posing(text)
+        if posing is not None:
+            held, mark = posing
+            if mark == "nothing visible":
+                raise InvalidInputError(f"{what} {text[:60]!r} shows nothing: only spaces and invisible characters")
+            codes = " ".join(f"U+{ord(c):04X}" for c in held)
+            how = f"{held!r}" if held == mark else f"{held!r} ({codes}, read as {mark!r})"
+            where = " at its start" if mark == "(" else " at its end" if mark == ":" else ""
             raise InvalidInputError(
-                f"{what} {text[:60]!r} holds {shown!r}: a speaker may not hold [ ] · │ or ': ', begin with '('"
-                " or end with ':' (it would read as the memory's own structure)"
+                f"{what} {text[:60]!r} holds {how}{where}: a speaker may not hold [ ] · │ or ': ' or a look-alike"
+                " of them, begin with '(' or end with ':' (it would read as the memory's own structure)"
             )
     return text

@@ -13,7 +13,8 @@ No stored text can pose as this structure (docs/RENDERING.md): a line of the ren
 or ``(…`` (the structure above), with a turn's or a step's first line (``Speaker: ...``, ``[step N]
 actor: ...``; speakers and actors are checked when written, ``text.clean_field``), or with
 ``CONTINUATION`` (every further line of stored text); fields shown inside a header cannot close it
-(``field``); control, bidi and special-token characters are shown inert (``text.inert``).
+(``field``) nor add a part to it (``part``, ``time_tag``, ``piece_label``); control, bidi and special-token
+characters are shown inert (``text.inert``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 from collections.abc import Sequence
 
 from flexamem.notes import Note, Piece
-from flexamem.text import inert
+from flexamem.text import MIDDLE_DOTS, inert, katakana_dot, reading
 
 OMITTED = "(…)"
 PIECES_HEADER = "[verbatim pieces from the history, grouped by unit in time order]"
@@ -51,6 +52,40 @@ def field(text: str) -> str:
     return inert(text).translate(_FIELD)
 
 
+_DOT = re.compile(f"[{MIDDLE_DOTS}]")
+# dashes a reader takes for the en dash between a merged record's first and last dates
+_DASHES = str.maketrans(dict.fromkeys("\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b\ufe31\ufe32\ufe58\ufe63\uff0d", "-"))
+_STEP_SPAN = re.compile(r"\s*steps?\s*\d", re.IGNORECASE)  # an agent unit's time tag: "step 12", "steps 12-14"
+_OUTPUT_LABEL = re.compile(r"(step \d+ · output of )(.*)", re.DOTALL)  # write.units.step_blocks
+
+
+def part(text: str) -> str:
+    """A stored value shown as one part of a header or a label: :func:`field`, and the header
+    separator's dot and its look-alikes (``text.MIDDLE_DOTS``: · ΄ ∙ ⋅ • ・ ...) shown as ``<U+XXXX>``,
+    so the value cannot add a part (``2 May · raw`` is shown ``2 May <U+00B7> raw``). A katakana middle
+    dot between two katakana (ジョン・スミス) is the word separator of a name, kept. Unchanged for a value
+    holding none, the common case."""
+    shown = field(text)
+    if _DOT.search(shown) is None:
+        return shown
+    return _DOT.sub(lambda m: m.group() if katakana_dot(m.string, m.start()) else f"<U+{ord(m.group()):04X}>", shown)
+
+
+def time_tag(text: str) -> str:
+    """A date or a session id shown as a conversation unit's time tag: :func:`part`, its dashes shown
+    as ``-`` (the en dash ``–`` between two dates is the render's own mark of a merged span), and in
+    double quotes when it reads as an agent unit's step span (``"steps 1-9"``)."""
+    shown = part(text).translate(_DASHES)
+    return f'"{shown}"' if _STEP_SPAN.match(reading(shown)) else shown
+
+
+def piece_label(text: str) -> str:
+    """A piece's label as shown: a speaker by :func:`part`; an agent output's ``step N · output of
+    <command>`` with its command by :func:`part` (the first `` · `` is the label's own)."""
+    m = _OUTPUT_LABEL.fullmatch(text)
+    return m.group(1) + part(m.group(2)) if m else part(text)
+
+
 def shown(note: Note, start: int, end: int) -> str:
     """``note.raw[start:end]`` as a render shows it: each block (turn, action, output) that begins
     inside the slice begins a line of its own; every other line is :func:`body`'s."""
@@ -72,7 +107,7 @@ def when(note: Note) -> str:
     if note.steps:
         a, b = note.steps
         return f"step {a}" if a == b else f"steps {a}-{b}"
-    return field(note.date or note.unit_id)
+    return time_tag(note.date or note.unit_id)
 
 
 def span_when(first: Note, last: Note) -> str:
@@ -104,7 +139,7 @@ def raw_block(note: Note) -> str:
 
 
 def piece_line(piece: Piece) -> str:
-    return f"[{field(piece.label)}] {body(piece.text)}" if piece.label else body(piece.text)
+    return f"[{piece_label(piece.label)}] {body(piece.text)}" if piece.label else body(piece.text)
 
 
 def piece_lines(note: Note, chosen: Sequence[int], *, join: bool = False) -> list[str]:
@@ -133,7 +168,7 @@ def piece_lines(note: Note, chosen: Sequence[int], *, join: bool = False) -> lis
 
 def _run_line(note: Note, run: Sequence[Piece]) -> str:
     text = shown(note, run[0].start, run[-1].end)
-    return f"[{field(run[0].label)}] {text}" if run[0].label else text
+    return f"[{piece_label(run[0].label)}] {text}" if run[0].label else text
 
 
 def excerpt_block(note: Note, chosen: Sequence[int]) -> str:
