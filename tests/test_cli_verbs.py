@@ -228,3 +228,11 @@ def test_serve_refuses_a_negative_keep_alive_requests_before_it_starts(tmp_path:
     done = run("serve", "--db", str(tmp_path / "m.db"), "--keys", keys, "--port", "0", "--keep-alive-requests", "-1")
     assert done.returncode != 0 and "--keep-alive-requests must be 0 (never closed) or more" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_an_empty_forwarded_allow_ips_before_it_starts(tmp_path: Path) -> None:
+    keys = str(tmp_path / "keys.json")
+    assert run("serve", "--keys", keys, "--add-key", "acme").returncode == 0
+    done = run("serve", "--db", str(tmp_path / "m.db"), "--keys", keys, "--port", "0", "--forwarded-allow-ips", " , ")
+    assert done.returncode == 2 and "--forwarded-allow-ips needs at least one address" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -6,6 +6,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,6 +104,41 @@ def test_agent_steps_are_idempotent_by_step_id(tmp_path: Path) -> None:
     assert len(again.steps) == 2
     with pytest.raises(fm.InvalidInputError, match="another action"):
         again.step(action="changed", observation="o", step_id="call-1")
+
+
+def test_a_step_id_replayed_with_other_messages_or_actor_is_refused(tmp_path: Path) -> None:
+    """A step id names one step: a replay that differs in anything the step stores (its messages, its
+    actor, not only its action or observation) is RequestConflictError and stores nothing; an exact
+    replay returns the step's number, in the process that recorded it and after a restart."""
+    path = tmp_path / "replay.db"
+    m1 = [{"role": "assistant", "content": "get_order W4417"}, {"role": "user", "content": "shipped"}]
+    m2 = [{"role": "assistant", "content": "cancel_order W4417"}, {"role": "user", "content": "cancelled"}]
+    agent = fm.Memory(path).agent(task="t", budget=1024, session_id="s")
+    assert agent.step(action="act", observation="obs", messages=m1, step_id="s1") == 1
+    assert agent.step(action="act2", observation="o", step_id="s2") == 2  # default messages, default actor
+    for session in (agent, fm.Memory(path).agent(session_id="s")):
+        assert session.step(action="act", observation="obs", messages=m1, step_id="s1") == 1
+        assert session.step(action="act2", observation="o", step_id="s2") == 2
+        # the defaults given explicitly are the same step
+        same = [{"role": "assistant", "content": "act2"}, {"role": "user", "content": "o"}]
+        assert session.step(action="act2", observation="o", messages=same, step_id="s2", actor="assistant") == 2
+        refused = [
+            ("s1", {"messages": m2}, "other messages"),
+            ("s1", {"messages": None}, "other messages"),  # the defaults are not m1
+            ("s1", {"messages": m1, "actor": "planner"}, "another actor"),
+            ("s2", {"messages": m2}, "other messages"),
+            ("s2", {"actor": "planner"}, "another actor"),
+            ("s1", {"messages": m1, "observation": "obs!"}, "another observation"),
+        ]
+        for step_id, change, what in refused:
+            args: dict[str, Any] = {"action": "act" if step_id == "s1" else "act2",
+                                    "observation": "obs" if step_id == "s1" else "o", **change}  # fmt: skip
+            with pytest.raises(fm.RequestConflictError, match=what):
+                session.step(**args, step_id=step_id)
+        assert len(session.steps) == 2 and session.steps[0].actor == "assistant"
+        assert session.context().messages[-4:-2] == m1  # the stored messages, not a replay's
+    stored = fm.Memory(path).agent(session_id="s")
+    assert len(stored.steps) == 2 and "cancel" not in json.dumps(stored.context().messages)
 
 
 def test_a_failed_step_stores_nothing_and_leaves_the_session_usable(tmp_path: Path) -> None:

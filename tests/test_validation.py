@@ -75,6 +75,28 @@ def test_well_formed_tool_calls_are_kept(tmp_path: Path) -> None:
     agent.step(action="b", observation="c", messages=nested_ok)
 
 
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 500, 5000])
+def test_messages_nested_too_deep_are_refused_by_add_messages_and_steps(tmp_path: Path, depth: int) -> None:
+    """Deep JSON in any field of a message (one the library ignores too) is InvalidInputError, never a
+    RecursionError, and nothing is stored."""
+    mem = fm.Memory(tmp_path / "deep.db", history="h")
+    agent = mem.agent(task="t", budget=900, session_id="s")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": nested(depth)}}}
+    for bad in (
+        {"role": "user", "content": "hi", "meta": nested(depth)},
+        {"role": "user", "content": [nested(depth)]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ):
+        with pytest.raises(fm.InvalidInputError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            mem.add_messages([{"role": "user", "content": "ok"}, bad])
+        with pytest.raises(fm.InvalidInputError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            agent.step(action="a", observation="o", messages=[bad])
+    assert len(mem) == 0 and len(agent.steps) == 0
+    ok = {"role": "user", "content": "hi", "meta": nested(MAX_DEPTH - 1)}  # within the limit: stored
+    assert len(mem.add_messages([ok])) == 1
+    assert agent.step(action="a", observation="o", messages=[ok]) == 1
+
+
 def test_a_session_stored_with_bad_messages_renders_them_as_text(tmp_path: Path) -> None:
     """What an older version stored without these checks: the session opens and renders, in every mode."""
     path = tmp_path / "old.db"

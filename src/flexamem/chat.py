@@ -55,6 +55,23 @@ def json_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     return None
 
 
+def depth_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
+    """``"is nested deeper than <max_depth> levels"`` when lists and dicts nest deeper than ``max_depth``
+    inside ``value`` (``value`` itself is level 0), else None. Checked without recursion, so any depth
+    is refused cleanly: the check to make before any code that walks a caller's free-form JSON (a
+    message's parts, tool arguments, fields this library ignores) recursively."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return f"is nested deeper than {max_depth} levels"
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return None
+
+
 def _tool_call_problem(call: Any) -> str | None:
     """What is wrong with one entry of ``tool_calls`` (the OpenAI shape: ``{"id": str, "type":
     "function", "function": {"name": str, "arguments": str}}``; arguments may also be a JSON object)."""
@@ -239,7 +256,11 @@ def chat_safe(messages: Sequence[Message]) -> list[Message]:
 def message_turn(message: Mapping[str, Any], where: str = "message") -> dict[str, str]:
     """One chat message as a conversation turn: the speaker is its ``name`` or role, the text its content
     (text parts joined; other parts as ``[<type>]``) followed by one ``[tool call <id>] name(arguments)``
-    line per tool call; a tool reply keeps its ``tool_call_id`` as the turn id. Strings are kept verbatim."""
+    line per tool call; a tool reply keeps its ``tool_call_id`` as the turn id. Strings are kept verbatim.
+    A message nested deeper than ``MAX_DEPTH`` levels (in any field) is refused (``InvalidInputError``)."""
+    problem = depth_problem(message)  # before anything below formats its parts or arguments (recursion)
+    if problem:
+        raise InvalidInputError(f"{where} {problem}")
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise InvalidInputError(f"{where} has no known role (one of {', '.join(sorted(ROLES))})")

@@ -2,7 +2,9 @@
 
 - another tenant's history names are answered on every route exactly as names that do not exist;
 - an inspector link opens the rendering it was made for and no other (query, budget, mode, history);
-- wrong keys from one address are throttled (429 with ``Retry-After``), in every worker;
+- chat messages nested deeper than the limit get a 4xx naming the nesting (never a 500), nothing stored;
+- wrong keys from one address are throttled (429 with ``Retry-After``), in every worker, whatever
+  ``X-Forwarded-For`` it sends unless ``--forwarded-allow-ips`` names it as a proxy;
 - idle and half-open connections are closed, slow heads and bodies get 408, a client gone before its
   body is one log line (no traceback), oversized heads and too many headers get 431.
 """
@@ -155,6 +157,42 @@ def test_an_inspector_link_opens_only_what_it_was_made_for(server: Server) -> No
         too_long = acme.post("/v1/histories/bound/inspect-link", json={"query": "q" * 1001})
         assert too_long.status_code == 422  # a link stays within the server's limit on a request's head
     report("inspector links used for another rendering", {"tried": refused, "served": 0})
+
+
+# -- 2b. JSON nested deep inside free-form chat messages --------------------------------------------------
+def deep_list(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("depth", [40, 500, 20_000])
+def test_messages_nested_deep_are_refused_with_a_4xx_and_store_nothing(server: Server, depth: int) -> None:
+    """A ~1 KB body nesting a message's free-form field ~500 levels deep was a 500 (RecursionError): now a
+    422 naming the nesting (a body too deep for JSON itself to parse: a 400 naming it), nothing stored,
+    on both routes that take chat messages."""
+    h = f"/v1/histories/deep{depth}"
+    message = {"role": "user", "content": "hi", "meta": "DEEP"}
+    bodies = {  # JSON too deep for the client's encoder: the nesting spliced in as text
+        h + "/messages": {"messages": [message]},
+        h + "/agents/ag/steps": {"action": "act", "observation": "obs", "messages": [message]},
+        h + "/agents/ag/steps#parts": {"action": "a", "messages": [{"role": "user", "content": ["DEEP"]}]},
+    }
+    with server.client() as c:
+        assert c.post(h + "/agents", json={"task": "t", "budget": 900, "session_id": "ag"}).status_code == 200
+        for path, body in bodies.items():
+            text = json.dumps(body).replace('"DEEP"', deep_list(depth))
+            r = c.post(path.split("#")[0], content=text, headers={"Content-Type": "application/json"})
+            assert r.status_code in (400, 422), (path, r.status_code, r.text)
+            error = r.json()["error"]
+            assert error["type"] == "InvalidInputError" and "nested" in error["message"], error
+            if depth < 1000:  # what the schema refuses: the limit named
+                assert r.status_code == 422 and "nested deeper than 32 levels" in error["message"], error
+        assert c.get(h + "/agents/ag").json()["steps"] == 0  # nothing stored
+        assert c.get(h + "/notes").json() == []  # no note either
+        within = {"role": "user", "content": "hi", "meta": json.loads(deep_list(31))}
+        assert c.post(h + "/messages", json={"messages": [within]}).status_code == 200
+        assert c.post(h + "/agents/ag/steps", json={"action": "a", "messages": [within]}).json()["step"] == 1
+    assert "RecursionError" not in server.log.read_text()
 
 
 # -- 3 and 4: a server of its own, with small limits -----------------------------------------------------
@@ -400,3 +438,49 @@ def test_wrong_keys_from_one_address_are_throttled_in_every_worker(guarded: Serv
     log = guarded.log.read_text()
     assert "fm_wrong" not in log and key not in log
     report("wrong keys from one address", {"sent": 60, "401": statuses.count(401), "429": statuses.count(429)})
+
+
+def wrong_keys_with_forwarded_for(server: Server, sent: int, forwarded: str = "203.0.113.{i}") -> list[int]:
+    """The statuses of ``sent`` wrong keys from 127.0.0.1, each claiming another client address."""
+    statuses = []
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for i in range(sent):
+            headers = {"Authorization": f"Bearer fm_xff{i}", "X-Forwarded-For": forwarded.format(i=i)}
+            statuses.append(c.get("/v1/histories", headers=headers).status_code)
+    return statuses
+
+
+@pytest.mark.faults
+def test_a_changing_x_forwarded_for_does_not_escape_the_throttle(guarded: Server) -> None:
+    """uvicorn alone trusts X-Forwarded-For from 127.0.0.1: a local client sending another address with
+    every wrong key was never throttled (80 sent, 80 answered 401). ``flexamem serve`` trusts no proxy
+    unless named (``--forwarded-allow-ips``): the throttle counts the connection's address."""
+    start = time.monotonic()
+    statuses = wrong_keys_with_forwarded_for(guarded, 80)
+    elapsed = time.monotonic() - start
+    assert 429 in statuses and set(statuses) <= {401, 429}, statuses
+    allowed = WORKERS * (BURST + RATE * elapsed) + 1
+    assert statuses.count(401) <= allowed, (statuses.count(401), allowed, elapsed)
+    report("wrong keys with a changing X-Forwarded-For", {"sent": 80, "401": statuses.count(401),
+                                                           "429": statuses.count(429)})  # fmt: skip
+
+
+@pytest.mark.faults
+def test_forwarded_allow_ips_names_the_proxy_whose_forwarded_for_is_the_client(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Behind a proxy named with ``--forwarded-allow-ips`` each forwarded client has a bucket of its own
+    (else they would all share the proxy's), and one client is throttled as from its own address."""
+    root = tmp_path_factory.mktemp("proxied")
+    keyfile, log = root / "keys.json", root / "server.log"
+    cli("serve", "--keys", str(keyfile), "--add-key", "acme")
+    args = ("--auth-burst", "3", "--auth-rate", "0.1", "--no-offload", "--forwarded-allow-ips", "127.0.0.1")
+    proc = ServerProcess(str(root / "m.db"), keyfile, log, workers=1, args=args).start(timeout=90)
+    assert proc.proc is not None
+    try:
+        proxied = Server(proc.url, {}, root / "m.db", keyfile, log, proc.proc.pid)
+        assert set(wrong_keys_with_forwarded_for(proxied, 20)) == {401}  # 20 clients, one wrong key each
+        one = wrong_keys_with_forwarded_for(proxied, 8, forwarded="198.51.100.7")  # one client, 8 wrong keys
+        assert one[:3] == [401] * 3 and set(one[4:]) == {429}, one
+    finally:
+        proc.stop()

@@ -55,6 +55,14 @@ def test_text_chars_counts_the_strings_of_a_requests_json() -> None:
     assert embedded_chars("y" * 50_000) == READ_CHARS and embedded_chars("ab") == 2
 
 
+def test_text_chars_answers_for_json_nested_any_depth() -> None:
+    """It walks a request's JSON before the route validates it: a RecursionError there was a 500."""
+    deep: object = "abc"
+    for i in range(100_000):
+        deep = [deep] if i % 2 else {"k": deep}
+    assert text_chars([{"role": "user", "content": "hi", "meta": deep}]) == len("user") + 2 + 3
+
+
 def test_the_embedding_process_measures_its_pace_and_backlog(offloaded: OffloadedEmbedder) -> None:
     fresh = OffloadedEmbedder()
     try:

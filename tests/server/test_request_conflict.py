@@ -95,6 +95,31 @@ def test_a_step_id_sent_again_with_another_step_is_409_and_stores_nothing(server
         assert c.get(h + "/agents/a1").json()["steps"] == 1
 
 
+def test_a_step_id_sent_again_with_other_messages_or_actor_is_409_and_stores_nothing(server: Server) -> None:
+    h = history()
+    m1 = [{"role": "assistant", "content": "get_order W4417"}, {"role": "user", "content": "shipped"}]
+    m2 = [{"role": "assistant", "content": "cancel_order W4417"}, {"role": "user", "content": "cancelled"}]
+    with server.client() as c:
+        assert (
+            c.post(h + "/agents", json={"task": "Refund #W4417", "budget": 900, "session_id": "a1"}).status_code == 200
+        )
+        step = {"action": "act", "observation": "obs", "step_id": "s", "messages": m1}
+        first = c.post(h + "/agents/a1/steps", json=step)
+        assert first.status_code == 200 and first.json() == {"step": 1, "messages": 2}
+        assert c.post(h + "/agents/a1/steps", json=step).json() == first.json()  # an exact replay: a no-op
+        for other in (
+            {**step, "messages": m2},
+            {**step, "actor": "planner"},
+            {k: v for k, v in step.items() if k != "messages"},
+        ):
+            r = c.post(h + "/agents/a1/steps", json=other)
+            assert refused(r), (other, r.text)
+            assert "already recorded (step 1) with" in r.json()["error"]["message"]
+        assert c.get(h + "/agents/a1").json()["steps"] == 1
+        shown = c.get(h + "/agents/a1/context").json()["messages"]
+        assert "cancel" not in str(shown) and m1[0] in shown
+
+
 def test_the_409_of_a_reused_key_is_in_the_openapi_document_of_every_write(server: Server) -> None:
     with server.client(None) as c:
         paths = c.get("/openapi.json").json()["paths"]

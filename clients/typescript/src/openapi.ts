@@ -78,14 +78,18 @@ export interface HeadOut {
   erasures: number;
   history: string;
   legacy: Array<number> | null;
+  merge: string;
+  merges: number;
   note: string;
   notes: number;
   request: string;
   requests: number;
+  row: string;
   signature: string | null;
   state: string;
   step: string;
   steps: number;
+  version: number;
 }
 
 export interface HeadsIn {

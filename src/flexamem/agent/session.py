@@ -171,9 +171,11 @@ class AgentSession:
         ``messages`` (optional) are the step's original chat messages, shown unchanged while the step
         is in the recent window; by default an assistant message with the action and a user message
         with the observation. ``step_id`` (optional, the caller's) makes a retry idempotent: a step
-        already stored under that id is not recorded again and its number is returned.
+        already stored under that id is not recorded again and its number is returned; the same id with
+        any other content (action, observation, actor or messages) is refused with
+        :class:`RequestConflictError`, nothing stored.
         """
-        known = self._window.known(step_id, action, observation)
+        known = self._window.known(step_id, action, observation, actor, messages)
         if known is not None:
             return known
         with (
@@ -194,7 +196,7 @@ class AgentSession:
     ) -> int:
         """The async twin of :meth:`step`: the same notes, records written by awaited model calls.
         Await each step before the next (steps are ordered)."""
-        known = self._window.known(step_id, action, observation)
+        known = self._window.known(step_id, action, observation, actor, messages)
         if known is not None:
             return known
         await asyncio.to_thread(self._alive)  # before paying for the records of a deleted session

@@ -82,19 +82,36 @@ class Window:
         )
 
     # -- recording a step ------------------------------------------------------------------------------
-    def known(self, step_id: str | None, action: str, observation: str) -> int | None:
-        """The number of the step already recorded under ``step_id`` (None: none is), after checking
-        it was recorded with this action and observation (else :class:`RequestConflictError`)."""
+    def known(
+        self,
+        step_id: str | None,
+        action: str,
+        observation: str,
+        actor: str = "assistant",
+        messages: Sequence[Message] | None = None,
+    ) -> int | None:
+        """The number of the step already recorded under ``step_id`` (None: none is), after checking it
+        was recorded with this very content: its action, observation, actor and chat messages (given,
+        or the defaults made from the action and observation) as they are stored; a replay with any
+        other is refused (:class:`RequestConflictError`: nothing stored, do not retry)."""
         if step_id is None:
             return None
         step_id = clean_text(step_id, "step_id")
         number = self.ids.get(step_id)
         if number is not None:
-            stored = self.recorded[number - 1].step
-            if (stored.action, stored.observation) != (clean_text(action, "action"), observation):
-                raise RequestConflictError(
-                    f"step id {step_id!r} was already recorded with another action or observation"
-                )
+            held = self.recorded[number - 1]
+            step, msgs, _row = self.new_step(action, observation, actor, messages, step_id)
+            for what, stored, given in (
+                ("another action", held.step.action, step.action),
+                ("another observation", held.step.observation, step.observation),
+                ("another actor", held.step.actor, step.actor),
+                ("other messages", held.messages, msgs),
+            ):
+                if stored != given:
+                    raise RequestConflictError(
+                        f"step id {step_id!r} was already recorded (step {number}) with {what}: "
+                        "nothing was stored; give this step an id of its own"
+                    )
         return number
 
     def new_step(

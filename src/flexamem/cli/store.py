@@ -440,6 +440,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.auth_burst < 0:
             raise InvalidInputError("--auth-burst must be 0 (no limit) or more")
         limit["auth_burst"] = args.auth_burst
+    if args.forwarded_allow_ips is not None:
+        trusted = ",".join(a.strip() for a in args.forwarded_allow_ips.split(",") if a.strip())
+        if not trusted:
+            raise InvalidInputError("--forwarded-allow-ips needs at least one address (or *)")
+        limit["forwarded_allow_ips"] = trusted
     serve(ServerConfig(db, args.keys, **limit), args.host, args.port, args.workers)
     return 0
 
@@ -628,6 +633,13 @@ def add_store_commands(sub: Any) -> None:
         help="failed authentications a client address may make at once, per worker; then 429 (20; 0: no limit)",
     )
     p.add_argument("--auth-rate", type=float, help="failed authentications a second an address regains, per worker (2)")
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="comma-separated addresses or networks of the proxies whose X-Forwarded-For names the client "
+        "(what the throttle counts; * for any); default: none, the connection's own address (a client "
+        "cannot choose its address by sending the header)",
+    )
     p.add_argument("--profile", help="the profile histories are rendered with unless a request names one (auto)")
     add_embedder_arguments(p)
     p.set_defaults(func=cmd_serve)

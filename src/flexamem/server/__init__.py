@@ -66,7 +66,12 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, worke
         "http": "flexamem.server.protocol:GuardedH11Protocol",  # h11 with deadlines and bounds on requests' heads
         "timeout_keep_alive": config.keep_alive,
         "h11_max_incomplete_event_size": config.max_header_bytes,
+        # X-Forwarded-For names the client only from the proxies named (uvicorn alone trusts 127.0.0.1, so
+        # a local client could send another address with every wrong key and never be throttled)
+        "proxy_headers": config.forwarded_allow_ips is not None,
     }
+    if config.forwarded_allow_ips is not None:
+        options["forwarded_allow_ips"] = config.forwarded_allow_ips
     from flexamem.server import workers as processes
 
     if workers > 1 and processes.available():  # a socket per worker: new connections spread over them

@@ -52,6 +52,7 @@ STATUS = {  # the first that matches: subclasses before their bases
     StoreError: 500,  # a damaged store (StoreCorruptError) or another failure under it: the server's, not the caller's
 }
 GONE = 499  # the status logged and counted for a client that went away before its request was in (nginx's)
+NESTED_TOO_DEEP = "the request body is JSON nested too deeply to be read: nothing was stored"
 RETRY_AFTER = "1"  # seconds a client waits before retrying a 503 (a database restart takes about that)
 
 
@@ -141,6 +142,8 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):  # FastAPI's json.loads gave up
+            return error_response(400, "InvalidInputError", NESTED_TOO_DEEP)
         return error_response(exc.status_code, "HTTPError", str(exc.detail))
 
     @app.exception_handler(Exception)

@@ -34,8 +34,9 @@ class RecycledConnections:
     the workers afresh (``ServerConfig.keep_alive_requests``). A connection is known by its client's
     address and port (unique while it is open); the counts of connections closed otherwise are dropped
     oldest first past ``KNOWN_CONNECTIONS``. Behind a proxy whose ``X-Forwarded-For`` uvicorn trusts
-    (127.0.0.1 by default), the client is the forwarded address with port 0: a proxy's connection is
-    then closed at the answer that is some client's 100th, which closes its connections about as often."""
+    (``flexamem serve --forwarded-allow-ips``; none by default), the client is the forwarded address with
+    port 0: a proxy's connection is then closed at the answer that is some client's 100th, which closes
+    its connections about as often."""
 
     def __init__(self, app: Any, requests: int) -> None:
         self.app, self.requests = app, requests

@@ -7,11 +7,12 @@ Each response model mirrors what the library already gives as JSON: ``rendering_
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from flexamem.budget import MAX_BUDGET
+from flexamem.chat import depth_problem
 
 HISTORY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -21,6 +22,19 @@ Mode = Literal["auto", "pieces", "units"]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def shallow(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Free-form chat messages refused (422) when one nests deeper than ``flexamem.chat.MAX_DEPTH``
+    levels, before anything walks them (checked without recursion)."""
+    for i, m in enumerate(messages):
+        problem = depth_problem(m)
+        if problem:
+            raise ValueError(f"message {i} {problem}")
+    return messages
+
+
+ChatMessages = Annotated[list[dict[str, Any]], AfterValidator(shallow)]
 
 
 class Turn(Strict):
@@ -37,7 +51,7 @@ class SessionIn(Strict):
 
 
 class MessagesIn(Strict):
-    messages: list[dict[str, Any]] = Field(min_length=1, description="OpenAI chat messages")
+    messages: ChatMessages = Field(min_length=1, description="OpenAI chat messages")
     session_id: str | None = Field(default=None, max_length=200)
     date: str | None = Field(default=None, max_length=100)
 
@@ -163,7 +177,7 @@ class AgentOut(BaseModel):
 class StepIn(Strict):
     action: str = Field(min_length=1)
     observation: str = ""
-    messages: list[dict[str, Any]] | None = None
+    messages: ChatMessages | None = None
     step_id: str | None = Field(default=None, max_length=200)
     actor: str = Field(default="assistant", min_length=1, max_length=40)
 
@@ -204,6 +218,10 @@ class HeadOut(BaseModel):
     signature: str | None
     erasures: int = 0
     erasure: str = ""
+    version: int = 1  # 2: it covers the history row (row) and the merged records (merges, merge) too
+    row: str = ""
+    merges: int = 0
+    merge: str = ""
 
 
 class EraseIn(Strict):

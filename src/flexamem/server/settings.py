@@ -88,6 +88,13 @@ class ServerConfig:
     needs a key, good or bad, until it may try again. 0: no limit."""
     auth_rate: float = DEFAULT_AUTH_RATE
     """Failed authentications a second an address regains, per worker (see ``auth_burst``)."""
+    forwarded_allow_ips: str | None = None
+    """The proxies whose ``X-Forwarded-For`` (and ``X-Forwarded-Proto``) names the client: addresses or
+    networks, comma-separated (uvicorn's ``forwarded_allow_ips``; ``*``: any). None (the default): no
+    proxy is trusted and the client is the connection's own address, so a client cannot pick the address
+    its failed authentications are counted under by sending the header (``auth_burst``). Set it to the
+    proxy's address when the server runs behind one, else every client shares the proxy's bucket.
+    ``flexamem serve`` only (uvicorn reads the header before the app)."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     """Seconds a request's line and headers may take to arrive (from the connection, or the request's first
     byte on a kept-alive one): an idle new connection is closed, a started head gets 408 (server/protocol.py;
