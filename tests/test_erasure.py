@@ -126,6 +126,38 @@ def test_a_session_and_a_turn_by_its_place(place: str) -> None:
     assert [e.kind for e in mem.erasures()] == ["turn", "session"]
 
 
+def test_a_retried_erasure_by_place_never_takes_the_next_turn(place: str) -> None:
+    """A client whose answer was lost sends the erasure again: the place names the turn as written, the
+    erased one is a marker there, and the retry erases nothing more."""
+    mem = fm.Memory(place, history="e" + uuid.uuid4().hex[:10])
+    said = (("Ana", "My door PIN is 4821."), ("Bob", "Keep the lighthouse keys safe."),
+            ("Ana", "The boat leaves at noon."), ("Bob", "The ferry is late."))  # fmt: skip
+    turns = [{"speaker": s, "text": t} for s, t in said]
+    mem.add_session(turns, session_id="s1")
+    mem.erase(turn="s1#1")
+    with pytest.raises(fm.NotFoundError, match="erased already"):
+        mem.erase(turn="s1#1")
+    mem.erase(turn="s1#3")  # the third turn as written, not the third of those left
+    raw = mem.note("s1").raw
+    assert raw == "(erased)\nBob: Keep the lighthouse keys safe.\n(erased)\nBob: The ferry is late.", raw
+    mem.erase(turn="s1#2")  # two erased turns side by side keep one marker each: places stay
+    with pytest.raises(fm.NotFoundError, match="erased already"):
+        mem.erase(turn="s1#3")
+    assert mem.note("s1").raw.count("(erased)") == 3 and len(mem.erasures()) == 3 and mem.verify() == []
+
+
+def test_a_turn_id_two_turns_share_is_refused_and_erases_nothing(place: str) -> None:
+    mem = fm.Memory(place, history="e" + uuid.uuid4().hex[:10])
+    mem.add_session([{"speaker": "Ana", "text": "my PIN is 4821", "id": "m1"}], session_id="s1")
+    mem.add_session([{"speaker": "Bob", "text": "lunch at noon", "id": "m1"}], session_id="s2")
+    head = mem.head()
+    with pytest.raises(fm.InvalidInputError, match=r"names 2 turns \(s1#1, s2#1\).*nothing was erased"):
+        mem.erase(turn="m1")
+    assert mem.head() == head and mem.erasures() == []
+    mem.erase(turn="s1#1")
+    assert "4821" not in mem.note("s1").raw and mem.note("s2").raw == "Bob: lunch at noon"
+
+
 def test_an_agent_step_erased_in_every_open_session(place: str) -> None:
     mem = fm.Memory(place, history="e" + uuid.uuid4().hex[:10])
     agent = mem.agent(task="find the booking", budget=700, session_id="a1")
@@ -244,6 +276,31 @@ def test_the_erased_words_are_in_no_file_while_another_process_holds_the_store(t
     reader.stdin.flush()
     assert reader.stdout.readline().strip() == "gone"
     assert reader.wait(timeout=60) == 0
+    assert [p.name for p in store_files(path) if SECRET.encode() in p.read_bytes()] == []
+
+
+def test_a_read_held_past_the_erasure_leaves_the_wal_to_the_next_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # fmt: skip
+    """Another process holds a read transaction through the erasure's 5 s of retries: the WAL keeps the
+    erased words for now (said in a warning), and the store's first write after that read ends truncates it."""
+    path = tmp_path / "m.db"
+    mem = fm.Memory(path)
+    written(mem)
+    hold = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN');"
+    hold += " c.execute('SELECT count(*) FROM notes').fetchone(); print('held', flush=True); sys.stdin.readline()"
+    reader = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline().strip() == "held"
+    with caplog.at_level("WARNING", logger="flexamem.store"):
+        mem.erase(turn="t2-2")
+    assert any("WAL still holds the erased words" in r.getMessage() for r in caplog.records)
+    assert words(mem) == [] and mem.verify() == []
+    reader.stdin.write("done\n")
+    reader.stdin.flush()
+    assert reader.wait(timeout=60) == 0
+    mem.add_session([{"speaker": "Cy", "text": "a later write"}], session_id="later")
     assert [p.name for p in store_files(path) if SECRET.encode() in p.read_bytes()] == []
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from flexamem import budget
 from flexamem.config import Settings, WriteSettingsWarning, with_write_settings, write_settings
-from flexamem.digests import Head, body_digest, chain_problems
+from flexamem.digests import ERASED_SALT, Head, body_digest, chain_problems, salted_body
 from flexamem.errors import (
     ConcurrentWriteError,
     DuplicateUnitError,
@@ -604,12 +604,18 @@ class HistoryCore:
     def stored_request(self, request_id: str, body: str) -> list[str] | None:
         """The unit ids a write under ``request_id`` stored, None when there is none, or
         :class:`RequestConflictError` when that write had another body (``body``: :func:`request_body`
-        of this one): a request id names one request, as payment APIs' idempotency keys do."""
+        of this one): a request id names one request, as payment APIs' idempotency keys do. Once an
+        erasure rewrote a note that write stored, every body is refused alike (no oracle of the words)."""
         found = self.store.written_by(self.history_id, request_id)
         if found is None:
             return None
-        units, stored = found
-        if stored is not None and stored != body:
+        units, stored, salt = found
+        if salt == ERASED_SALT:  # the same answer for every body: a replay must not test guesses of the words
+            raise RequestConflictError(
+                f"request id {request_id!r} names a write of {self.history_id!r} that had words erased since: it is"
+                " refused whatever its body (nothing was stored; send the write under a new id)"
+            )
+        if stored is not None and stored != salted_body(body, salt):
             raise RequestConflictError(
                 f"request id {request_id!r} already names another write of {self.history_id!r}: the same id with"
                 " another body is refused (send the same body to retry it, or use a new id); nothing was stored"

@@ -24,9 +24,11 @@ context can show carries one, written in the same transaction as the row:
 - a **request** (``requests.digest``): a write's request id, the unit ids it stored and its body's
   digest, chained over the request before it and bound to the digest of the write's last note;
 - a history's **head** (``heads``, :class:`Head`): the count and last digest of each chain (notes,
-  steps, requests), the digest of its state and what it held before digests: rewritten by every write
-  and signed (HMAC-SHA256) when the store has a key, so cutting rows off the end, or rewriting the
-  chains with the database alone, no longer matches it; a head a caller kept shows a rollback.
+  steps, requests), the digest of its state and what it held before digests, and (version 2) the
+  history row's digest and the digest of its merged records as a set: rewritten by every write (a
+  render that keeps merged records included) and signed (HMAC-SHA256) when the store has a key, so
+  cutting rows off the end, rewriting the chains, the history's meta or its merged records with the
+  database alone, no longer matches it; a head a caller kept shows a rollback.
 
 Rows written before their digest existed carry none; the store names them (``legacy``, by the upgrade
 that added heads), and a digest missing from any later row is reported (docs/RELIABILITY.md).
@@ -158,6 +160,16 @@ def body_digest(parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+ERASED_SALT = "erased"  # a request row's salt once an erasure rewrote a note its write stored
+
+
+def salted_body(body: str, salt: str | None) -> str:
+    """What a request row keeps of its write's body (:func:`body_digest`): salted from schema v10
+    (``"v3:"``, the row's random ``salt``: once an erasure replaces the salt by :data:`ERASED_SALT`, the
+    kept digest cannot be tested against guesses of the erased words), the bare digest before."""
+    return body if salt is None else V3 + _sha(["body", body, salt])
+
+
 def state_digest(rows: Iterable[tuple[str, str]]) -> str:
     """The digest of a history's state rows (``(key, value)``, as stored)."""
     return _sha(["state", *(f"{k}={v}" for k, v in sorted(rows))])
@@ -165,6 +177,14 @@ def state_digest(rows: Iterable[tuple[str, str]]) -> str:
 
 HEAD_FIELDS = ("history", "epoch", "notes", "note", "steps", "step", "requests", "request", "state", "legacy")
 ERASURE_FIELDS = ("erasures", "erasure")  # in a head's digest once its history has an erasure
+V2_FIELDS = ("version", "row", "merges", "merge")  # in the digest of a head of version 2 (HEAD_VERSION)
+HEAD_VERSION = 2  # the heads this library writes: version 1 left out the history row and the merged records
+
+
+def merged_set_digest(rows: Iterable[Sequence[Any]]) -> str:
+    """The digest of a history's merged records as a set: ``(first, last, level, digest)`` of each, in any
+    order (a render may keep them in any order; an erasure takes some out)."""
+    return _sha(["merges", *sorted(f"{int(a)}:{int(b)}:{int(lv)}:{d or ''}" for a, b, lv, d in rows)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +210,24 @@ class Head:
     signature: str | None = None
     erasures: int = 0  # how many erasures the history holds, and the digest of the last (Memory.erase)
     erasure: str = ""
+    version: int = 1  # 2 (HEAD_VERSION): the head covers the history's row and its merged records too
+    row: str = ""  # the history row's digest (its kind, meta: an agent's task, system prompt, settings)
+    merges: int = 0  # how many merged records the history holds, and the digest of them as a set
+    merge: str = ""
 
     @property
     def digest(self) -> str:
         parts = [getattr(self, f) for f in HEAD_FIELDS[:-1]]
         more = [self.erasures, self.erasure] if self.erasures else []  # heads kept before erasures keep theirs
+        if self.version >= 2:  # heads of version 1 (kept or stored before) keep theirs
+            more += ["v2", self.row, self.merges, self.merge]
         return _sha(["head", *parts, json.dumps(list(self.legacy) if self.legacy is not None else None), *more])
+
+    def at_version(self, version: int) -> Head:
+        """This head as a head of ``version`` holds it (what a stored head of that version must match)."""
+        if version >= 2:
+            return dataclasses.replace(self, version=version, signature=None)
+        return dataclasses.replace(self, version=version, signature=None, row="", merges=0, merge="")
 
     def signed(self, key: bytes | None) -> Head:
         """This head signed with ``key`` (unchanged, unsigned, without one)."""
@@ -209,7 +241,8 @@ class Head:
         return self.signature is not None and hmac.compare_digest(expected, self.signature)
 
     def as_json(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in (*HEAD_FIELDS, *ERASURE_FIELDS)}
+        fields = (*HEAD_FIELDS, *ERASURE_FIELDS, *(V2_FIELDS if self.version >= 2 else ()))
+        out = {f: getattr(self, f) for f in fields}
         out["legacy"] = list(self.legacy) if self.legacy is not None else None
         return {**out, "digest": self.digest, "signature": self.signature}
 
@@ -229,7 +262,11 @@ class Head:
                 legacy=None if legacy is None else tuple(_count(x) for x in legacy),
                 signature=None if data.get("signature") is None else str(data["signature"]),
                 erasures=_count(data.get("erasures", 0)), erasure=str(data.get("erasure", "")),
+                version=_count(data.get("version", 1)), row=str(data.get("row", "")),
+                merges=_count(data.get("merges", 0)), merge=str(data.get("merge", "")),
             )  # fmt: skip
+            if head.version not in (1, HEAD_VERSION):
+                raise ValueError(f"version {head.version} is not a head version this library knows")
         except (KeyError, TypeError, ValueError) as exc:
             fields = ", ".join(HEAD_FIELDS)
             raise InvalidInputError(f"a head must hold {fields} as Memory.head() returns them ({exc})") from None
@@ -270,6 +307,11 @@ def extends(head: Head, kept: Head, digest_at: Any) -> list[str]:
             )
     if kept.legacy != head.legacy:
         problems.append(f"what history {name} held before digests is not what the kept head says")
+    if kept.version >= 2 and head.version >= 2 and kept.row != head.row:  # a history's row is written once
+        problems.append(
+            f"the row of history {name} (its kind and meta: an agent's task, system prompt, settings) is not the"
+            " one the kept head named: changed"
+        )
     return problems
 
 

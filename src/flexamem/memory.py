@@ -509,16 +509,29 @@ class Memory:
         """Which block a turn name names: a turn id given when it was written, else ``unit#n``."""
         with self.core.lock:
             self.core.sync()
-            if any(b.source_id == name for n in self.core.history.notes for b in n.blocks if b.kind == "turn"):
+            places = [
+                f"{n.unit_id}#{k}"
+                for n in self.core.history.notes
+                for k, b in enumerate((b for b in n.blocks if b.kind == "turn"), 1)
+                if b.source_id == name
+            ]
+            if len(places) > 1:  # ids are the writer's: two turns may share one (ids restarting each session)
+                raise InvalidInputError(
+                    f"turn id {name!r} names {len(places)} turns ({', '.join(places[:10])}): name the one to erase"
+                    " by its place, unit#n; nothing was erased"
+                )
+            if places:
                 return lambda _note, b: b.kind == "turn" and b.source_id == name
             unit, _, index = name.rpartition("#")
             if not unit or not index.isascii() or not index.isdigit() or int(index) < 1:
                 raise NotFoundError(f"no turn {name!r} in history {self.history_id!r} (a turn id, or unit#n)")
             seq = self.core.position(unit)
-            turns = [b for b in self.core.history.notes[seq].blocks if b.kind == "turn" and not is_marker(b)]
+            turns = [b for b in self.core.history.notes[seq].blocks if b.kind == "turn"]  # an erased one: its marker
             if int(index) > len(turns):
                 raise NotFoundError(f"unit {unit!r} has {len(turns)} turns, not {index}")
             chosen = turns[int(index) - 1]
+            if is_marker(chosen):  # a retried erasure must not take the next turn
+                raise NotFoundError(f"turn {name!r} of history {self.history_id!r} was erased already")
             return lambda note, b: note.seq == seq and b is chosen
 
     def correct(

@@ -136,7 +136,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
     db.commit()
     db.close()
     s = SQLiteStore(path)
-    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     assert s.load_merged("h") == [MergedRecord(0, 3, 1, "old merged text", 3, "rule", False)]
     # schema 1 named a session agent:<id> whatever memory started it; the store's one history's did (issue 48)
     assert [(r.n, json.loads(r.data)["action"]) for r in s.load_steps("h/agent:a")] == [(0, "a0"), (1, "a1")]

@@ -194,9 +194,10 @@ class Store(Protocol):
         :class:`ConcurrentWriteError`)."""
         ...
 
-    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None] | None:
-        """The unit ids a write with this ``request_id`` stored in the history and the digest of its
-        body (None when stored before bodies were kept), or None when none did."""
+    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None, str | None] | None:
+        """The unit ids a write with this ``request_id`` stored in the history, the digest of its body
+        (None when stored before bodies were kept) and that digest's salt (None before schema v10,
+        :data:`~flexamem.digests.ERASED_SALT` once an erasure rewrote one of its notes), or None when none did."""
         ...
 
     def note_count(self, history: str) -> int:

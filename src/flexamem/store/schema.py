@@ -468,5 +468,69 @@ MIGRATIONS.append(
         _LOAD_CACHE.replace("{blob}", "BYTEA"),
     )
 )
+# 10: a request row's body digest salted (docs/RELIABILITY.md, "Request ids"): ``requests.salt`` is a
+# random salt its ``body`` covers (flexamem.digests.salted_body; rows written before keep NULL and the
+# bare digest). While a history is marked in ``erasing``, a request row may change only its salt, and
+# only to 'erased' (an erasure rewrote a note its write stored): the kept body digest then tests no
+# guess, and a replay of the id is refused whatever its body. The chain digest covers ``body``, never
+# the salt, so it holds after that.
+_REQUEST_SALT = "ALTER TABLE requests ADD COLUMN salt TEXT;"
+_SQLITE_REQUEST_SALT = (
+    _REQUEST_SALT
+    + """
+    DROP TRIGGER requests_no_update;
+    CREATE TRIGGER requests_no_update BEFORE UPDATE ON requests
+        WHEN NOT EXISTS (SELECT 1 FROM erasing WHERE history_id = OLD.history_id)
+            OR NEW.history_id IS NOT OLD.history_id OR NEW.n IS NOT OLD.n OR NEW.request_id IS NOT OLD.request_id
+            OR NEW.units IS NOT OLD.units OR NEW.body IS NOT OLD.body OR NEW.digest IS NOT OLD.digest
+            OR NEW.salt IS NOT 'erased'
+        BEGIN SELECT RAISE(ABORT, 'flexamem: requests are write-once'); END;
+    """
+)
+_POSTGRES_REQUEST_SALT = (
+    _REQUEST_SALT
+    + """
+    CREATE OR REPLACE FUNCTION flexamem_erasable() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM erasing WHERE history_id = OLD.history_id) THEN
+            IF TG_OP = 'DELETE' AND TG_TABLE_NAME IN ('pieces', 'piece_vectors', 'merged') THEN
+                RETURN OLD;
+            END IF;
+            IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'notes' THEN
+                IF NEW.history_id = OLD.history_id AND NEW.seq = OLD.seq AND NEW.unit_id = OLD.unit_id
+                    AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                    RETURN NEW;
+                END IF;
+            ELSIF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'steps' THEN
+                IF NEW.history_id = OLD.history_id AND NEW.n = OLD.n
+                    AND NEW.digest IS NOT DISTINCT FROM OLD.digest THEN
+                    RETURN NEW;
+                END IF;
+            ELSIF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'requests' THEN
+                IF NEW.history_id = OLD.history_id AND NEW.n = OLD.n AND NEW.request_id = OLD.request_id
+                    AND NEW.units = OLD.units AND NEW.body IS NOT DISTINCT FROM OLD.body
+                    AND NEW.digest IS NOT DISTINCT FROM OLD.digest AND NEW.salt = 'erased' THEN
+                    RETURN NEW;
+                END IF;
+            END IF;
+        END IF;
+        IF TG_OP = 'DELETE' AND EXISTS (
+            SELECT 1 FROM dropping WHERE history_id = to_jsonb(OLD) ->> TG_ARGV[0]) THEN
+            RETURN OLD;
+        END IF;
+        RAISE EXCEPTION 'flexamem: % are write-once', TG_TABLE_NAME;
+    END $$;
+    DROP TRIGGER requests_write_once ON requests;
+    CREATE TRIGGER requests_write_once BEFORE UPDATE OR DELETE ON requests
+        FOR EACH ROW EXECUTE FUNCTION flexamem_erasable('history_id');
+    """
+)
+MIGRATIONS.append(
+    Migration(
+        "request bodies salted; an erasure of a write's words erases its request's salt",
+        _SQLITE_REQUEST_SALT,
+        _POSTGRES_REQUEST_SALT,
+    )
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 LEGACY_POSTGRES = {1: 3, 2: 4, 3: 5}  # PostgreSQL's own numbering before the shared list -> the shared one

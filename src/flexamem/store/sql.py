@@ -20,6 +20,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from flexamem.digests import (
+    ERASED_SALT,
+    HEAD_VERSION,
     Head,
     chain_problems,
     erased_rows,
@@ -27,10 +29,12 @@ from flexamem.digests import (
     extends,
     history_digest,
     merged_digest,
+    merged_set_digest,
     new_salt,
     request_digest,
     rewritten_digest,
     rewritten_step_digest,
+    salted_body,
     state_digest,
     step_digest,
     version_of,
@@ -63,7 +67,7 @@ NOTE_MARKS = ",".join("?" * 22)  # the notes table's 22 columns
 ERASED = ("pieces", "piece_vectors", "links", "merged", "steps", "state", "llm_calls", "notes", "requests", "heads",
           "legacy", "erasures", "erasing", "load_cache")  # by drop_history  # fmt: skip
 ERASURE_COLUMNS = "n, kind, ids, reason, at, digest, notes, steps"
-SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged", "load_cache")  # the tables an erasure rewrites
+SCRUBBED = ("notes", "pieces", "piece_vectors", "steps", "merged", "load_cache", "requests")  # an erasure rewrites
 DUMP_KINDS = {"merged": "merged", "steps": "step", "requests": "request", "state": "state", "llm_calls": "llm_call",
               "erasures": "erasure"}  # fmt: skip
 LEGACY_PARTS = ("notes", "steps", "merged records", "history row", "requests")  # a ``legacy`` row's columns
@@ -115,6 +119,7 @@ class SQLStore:
                 return found[1]
             with self._write() as conn:
                 self._run(conn, NEW_HISTORY, history_row(history, kind, meta, new_epoch(), parent))
+                self._put_head(conn, history)  # a history begun with nothing in it has a head too
         raise ConcurrentWriteError(f"history {history!r} was dropped each time it was created: try again")
 
     def history_meta(self, history: str) -> tuple[str, dict[str, Any]] | None:
@@ -229,6 +234,7 @@ class SQLStore:
                     (step.data, salt, history, step.n),
                 )  # fmt: skip
                 rewritten_steps.append([step.n, kept, rewritten_step_digest(step.n, row[1], step.data, salt, kept)])
+            self._erase_request_salts(conn, history, {note.unit_id for note in notes})
             ids_json, notes_json, steps_json = (
                 json.dumps(list(ids)),
                 json.dumps(rewritten_notes),
@@ -399,16 +405,39 @@ class SQLStore:
             conn, "SELECT n, digest FROM requests WHERE history_id = ? ORDER BY n DESC LIMIT 1", (history,)
         ).fetchone()
         n, previous = (int(last[0]) + 1, last[1] or "") if last else (0, "")
-        units = json.dumps([note.unit_id for note in notes])
+        units, salt = json.dumps([note.unit_id for note in notes]), new_salt()
+        body = salted_body(body, salt)  # the chain digest covers the salted body, never the salt
         digest = request_digest(previous, n, request_id, units, body, (notes[-1].digest or "") if notes else "")
         try:
             self._run(
                 conn,
-                "INSERT INTO requests (history_id, n, request_id, units, body, digest) VALUES (?,?,?,?,?,?)",
-                (history, n, request_id, units, body, digest),
+                "INSERT INTO requests (history_id, n, request_id, units, body, digest, salt) VALUES (?,?,?,?,?,?,?)",
+                (history, n, request_id, units, body, digest, salt),
             )
         except self.INTEGRITY as exc:
             raise ConcurrentWriteError(f"request {request_id!r} was stored by another writer") from exc
+
+    def _erase_request_salts(self, conn: Any, history: str, units: set[str]) -> None:
+        """Inside an erasure (the history marked in ``erasing``): the salt of every request whose write
+        stored one of ``units`` (the rewritten notes) becomes :data:`ERASED_SALT`, so its kept body digest
+        (and the chain digest over it) tests no guess of the erased words, and a replay of its id is
+        refused whatever its body. The chain digest never covered the salt: ``verify()`` holds."""
+        if not units:
+            return
+        rows = self._run(
+            conn,
+            "SELECT n, units FROM requests WHERE history_id = ? AND (salt IS NULL OR salt <> ?)",
+            (history, ERASED_SALT),
+        ).fetchall()
+        for n, names in rows:
+            try:
+                named = {str(u) for u in json.loads(names)}
+            except (TypeError, ValueError):
+                named = set(units)  # unreadable (verify names it): erase its salt rather than keep an oracle
+            if named & units:
+                self._run(
+                    conn, "UPDATE requests SET salt = ? WHERE history_id = ? AND n = ?", (ERASED_SALT, history, n)
+                )
 
     def _put_head(self, conn: Any, history: str) -> None:
         """Inside a write: the history's head, from the rows as this transaction sees them, signed when
@@ -427,9 +456,10 @@ class SQLStore:
     @staticmethod
     def _head(read: Any, history: str) -> Head | None:
         """The head of ``history`` as ``read(sql, args)`` sees its rows (None: no such history)."""
-        row = read("SELECT COALESCE(epoch, '') FROM histories WHERE id = ?", (history,))
+        row = read("SELECT COALESCE(epoch, ''), COALESCE(digest, '') FROM histories WHERE id = ?", (history,))
         if not row:
             return None
+        merged = read("SELECT first_seq, last_seq, level, digest FROM merged WHERE history_id = ?", (history,))
         ends = {}
         for table, col in (("notes", "seq"), ("steps", "n"), ("requests", "n")):
             last = read(
@@ -445,6 +475,7 @@ class SQLStore:
             state=state_digest((str(k), str(v)) for k, v in state),
             legacy=tuple(int(x) for x in legacy[0]) if legacy else None,
             erasures=int(erased[0][0]) + 1 if erased else 0, erasure=str(erased[0][1]) if erased else "",
+            version=HEAD_VERSION, row=str(row[0][1]), merges=len(merged), merge=merged_set_digest(merged),
         )  # fmt: skip
 
     def head(self, history: str) -> Head | None:
@@ -504,6 +535,7 @@ class SQLStore:
                         f"history {history!r} had words erased after this view read it: its merges are not kept"
                     )
             self._insert_calls(conn, history, calls)
+            wrote = False
             lasts = sorted({m.last for m in merged})
             marks = ",".join("?" * len(lasts))
             found = self._run(conn, f"SELECT seq, digest FROM notes WHERE history_id = ? AND seq IN ({marks})",
@@ -521,6 +553,7 @@ class SQLStore:
                 ).rowcount
                 if inserted:
                     kept.append(m)
+                    wrote = True
                     continue
                 row = self._run(
                     conn,
@@ -532,6 +565,8 @@ class SQLStore:
                 kept.append(theirs)
                 if theirs != m:
                     break
+            if wrote:
+                self._put_head(conn, history)  # the head covers the merged records
         return kept
 
     def get_kept_load(self, history: str) -> KeptLoad | None:
@@ -722,7 +757,7 @@ class SQLStore:
                 head = Head.from_json({**json.loads(stored[0][0]), "signature": stored[0][1]})
             except (TypeError, ValueError) as exc:
                 return [f"the stored head of {history!r} cannot be read (corrupt: {str(exc)[:200]})"]
-            if head.digest != now.digest:
+            if head.digest != now.at_version(head.version).digest:  # a head written before v2 covers less
                 problems.append(
                     f"the stored head of {history!r} (notes {head.notes}, steps {head.steps}, requests"
                     f" {head.requests}) does not match its rows (notes {now.notes}, steps {now.steps}, requests"
@@ -733,7 +768,7 @@ class SQLStore:
                     f"the stored head of {history!r} is not signed by this store's key: rewritten, or written"
                     " without the key"
                 )
-        elif now.legacy is None:
+        elif now.legacy is None or self._written_with_heads(history, now):
             problems.append(f"the head of {history!r} is missing: it was deleted past the library")
         if kept is not None:
             if kept.signature is not None and self.head_key is not None and not kept.signed_by(self.head_key):
@@ -746,6 +781,22 @@ class SQLStore:
 
             problems += extends(now, kept, digest_at)
         return problems
+
+    def _written_with_heads(self, history: str, now: Head) -> bool:
+        """Whether a history upgraded from before heads (``legacy``) holds rows only code that writes a head
+        with every write can have written: a request with a digest (requests were chained with heads, so
+        more requests than ``legacy`` counts without one), or a note or step digest of a formula that came
+        after heads (salted, ``"v3:"``). Then a missing head was deleted, whatever its ``legacy`` row says
+        (that row can be forged to make a history look upgraded from before heads)."""
+        legacy = now.legacy or (0, 0, 0, 0, 0)
+        if now.requests > legacy[4]:
+            return True
+        salted = self._read(
+            "SELECT 1 FROM notes WHERE history_id = ? AND substr(digest, 1, 3) = 'v3:' UNION ALL"
+            " SELECT 1 FROM steps WHERE history_id = ? AND substr(digest, 1, 3) = 'v3:' LIMIT 1",
+            (history, history),
+        )
+        return bool(salted)
 
     def _verify_notes(self, history: str) -> list[str]:
         problems: list[str] = []
@@ -766,8 +817,11 @@ class SQLStore:
         checked = {n.seq for n in notes if version_of(n.digest or "") >= 2}
         written = {(t, n.seq) for n in notes if n.seq in checked for t in n.links if t < n.seq}
         back = {(int(a), int(b)) for a, b in self._read("SELECT src, dst FROM links WHERE history_id = ?", (history,))}
+        seqs = {n.seq for n in notes}
         for a, b in sorted(back - written):
-            if a < b and b in checked:
+            if a == b or a not in seqs or b not in seqs:  # a self link, or one naming a note the history lacks
+                problems.append(f"link {a} -> {b} of {history!r} joins no two notes the library links: added")
+            elif a < b and b in checked:
                 problems.append(f"link {a} -> {b} of {history!r} was not written with note {b}: added after writing")
         for a, b in sorted(written - back):
             problems.append(f"link {a} -> {b} of {history!r}, written with note {b}, is missing")
@@ -792,16 +846,17 @@ class SQLStore:
         )
         return [LLMCall(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
 
-    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None] | None:
-        """The unit ids a write under ``request_id`` stored and the digest of its body (None for a
-        write stored before bodies were kept), or None: no such write."""
+    def written_by(self, history: str, request_id: str) -> tuple[list[str], str | None, str | None] | None:
+        """The unit ids a write under ``request_id`` stored, the digest of its body (None for a write
+        stored before bodies were kept) and that digest's salt (None before schema v10,
+        :data:`~flexamem.digests.ERASED_SALT` once an erasure rewrote one of its notes), or None: no such write."""
         rows = self._read(
-            "SELECT units, body FROM requests WHERE history_id = ? AND request_id = ?", (history, request_id)
+            "SELECT units, body, salt FROM requests WHERE history_id = ? AND request_id = ?", (history, request_id)
         )
         if not rows:
             return None
         try:
-            return [str(u) for u in json.loads(rows[0][0])], rows[0][1]
+            return [str(u) for u in json.loads(rows[0][0])], rows[0][1], rows[0][2]
         except (TypeError, ValueError) as exc:
             raise StoreCorruptError(f"request {request_id!r} of {history!r} cannot be read (corrupt: {exc})") from None
 
@@ -857,7 +912,7 @@ class SQLStore:
             ("merged", "first_seq, last_seq, level, text, tokens, writer, flagged, created_at, digest",
              "first_seq, level, last_seq"),
             ("steps", "n, step_id, data, digest, salt", "n"),
-            ("requests", "n, request_id, units, body, digest", "n"),
+            ("requests", "n, request_id, units, body, digest, salt", "n"),
             ("state", "key, value", "key"),
             ("llm_calls", "seq, purpose, model, prompt_tokens, completion_tokens, cached, created_at", "id"),
         ):  # fmt: skip

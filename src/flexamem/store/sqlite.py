@@ -7,6 +7,7 @@ links and merged records, so not even raw SQL through this connection can rewrit
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -28,6 +29,8 @@ from flexamem.errors import (
 from flexamem.store.schema import MIGRATIONS, SCHEMA_VERSION, SQLITE_CORRECTIONS
 from flexamem.store.sql import SQLStore
 
+log = logging.getLogger("flexamem.store")
+
 
 class SQLiteStore(SQLStore):
     """A :class:`~flexamem.store.base.Store` in one SQLite file (or ``":memory:"``)."""
@@ -38,6 +41,7 @@ class SQLiteStore(SQLStore):
         self.path = str(path)
         self.read_only = read_only
         self._lock = threading.RLock()
+        self._unscrubbed = False  # an erasure's WAL not yet truncated (another connection held a read)
         try:
             if read_only:
                 if self.path == ":memory:" or not Path(self.path).exists():
@@ -127,6 +131,8 @@ class SQLiteStore(SQLStore):
             try:
                 yield db
                 db.execute("COMMIT")
+                if self._unscrubbed:  # once the read that held the erased frames has ended, at no wait
+                    self._truncate_wal(db, wait=False)
             except BaseException as exc:
                 # SQLite may have ended the transaction itself (a failed COMMIT on a full disk): the
                 # rollback must neither fail nor hide the first error, and the connection stays usable
@@ -150,17 +156,38 @@ class SQLiteStore(SQLStore):
 
     def _scrub(self) -> None:
         """Checkpoint the WAL into the database and truncate it (secure delete being on, the erased bytes
-        were zeroed where they lay in the database): retried while another connection's read holds
-        frames; what cannot be checkpointed now is by the next erasure or write checkpoint."""
+        were zeroed where they lay in the database): retried for 5 s while another connection's read
+        holds frames. Past that the erased words may still lie in the WAL file: this store then tries
+        again after each of its writes (without waiting) until the truncation lands, and logs a warning
+        saying so; ``scrub()`` (``flexamem scrub``) and the last connection's close do it too."""
         if self.path == ":memory:" or self.read_only:
             return
         deadline = time.monotonic() + 5
         with self._lock:
-            while True:
-                busy = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                if not busy or not busy[0] or time.monotonic() > deadline:
+            while not self._truncate_wal(self.db, wait=True):
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "%s: another connection holds a read, so the WAL still holds the erased words; it is"
+                        " truncated after this store's next write once that read ends (or run flexamem scrub)",
+                        self.path,
+                    )
                     return
                 time.sleep(0.02)
+
+    def _truncate_wal(self, db: sqlite3.Connection, *, wait: bool) -> bool:
+        """``PRAGMA wal_checkpoint(TRUNCATE)``; whether it landed (no reader held frames). ``wait=False``:
+        without the busy timeout, as the tail of a write."""
+        if not wait:
+            db.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            busy = (1,)
+        finally:
+            if not wait:
+                db.execute("PRAGMA busy_timeout = 5000")
+        self._unscrubbed = bool(busy and busy[0])
+        return not self._unscrubbed
 
     def close(self) -> None:
         with self._lock:

@@ -36,6 +36,7 @@ from flexamem.digests import (
     erased_rows,
     history_digest,
     merged_digest,
+    merged_set_digest,
     request_digest,
     state_digest,
 )
@@ -44,6 +45,7 @@ from flexamem.names import reserved, session_prefix
 from flexamem.store.checks import erasures_problems, step_problem
 from flexamem.store.rows import NOTE_COLUMNS, notes_from_rows
 from flexamem.store.sql import ERASURE_COLUMNS, SQLStore
+from flexamem.write.stored import unit_problem
 
 FORMAT = "flexamem-export"
 VERSION = 1
@@ -54,11 +56,12 @@ COLUMNS = {  # what each kind of line holds besides its "type" and "history" (a 
     "note": (*NOTE_COLUMNS.split(", "), "created_at", "pieces", "piece_vectors", "links"),
     "merged": ("first_seq", "last_seq", "level", "text", "tokens", "writer", "flagged", "created_at", "digest"),
     "step": ("n", "step_id", "data", "digest", "salt"),
-    "request": ("n", "request_id", "units", "body", "digest"),
+    "request": ("n", "request_id", "units", "body", "digest", "salt"),
     "state": ("key", "value"),
     "llm_call": ("seq", "purpose", "model", "prompt_tokens", "completion_tokens", "cached", "created_at"),
     "head": ("head", "signature"),
 }
+OPTIONAL = {("request", "salt")}  # columns a file written before them lacks (read as None: the old formula)
 
 
 def _store(store: object) -> SQLStore:
@@ -152,6 +155,8 @@ class _History:
     def __init__(self, row: dict[str, Any]) -> None:
         self.id: str = row["id"]
         self.epoch: str = row["epoch"]
+        self.row: str = row["digest"] or ""  # the history row's digest (a head of version 2 covers it)
+        self.merged: list[tuple[int, int, int, str]] = []  # (first, last, level, digest) of its merged records
         self.digests: list[str] = []  # every note's digest, by seq (merged records are chained to them)
         self.units: dict[str, str] = {}  # unit id -> its note's digest (requests are bound to them)
         self.back: dict[int, set[int]] = {}  # note -> the earlier notes that link forward to it
@@ -239,7 +244,7 @@ class _Check:
         elif self.now is None or data.get("history") != self.now.id or phase < self.phase:
             raise InvalidInputError(f"a {kind} line out of place (each history's lines follow its row, in order)")
         self.phase = phase
-        row = {c: data[c] for c in COLUMNS[kind]}
+        row = {c: data.get(c) if (kind, c) in OPTIONAL else data[c] for c in COLUMNS[kind]}
         yield kind, getattr(self, kind)(row)
 
     def close_history(self) -> None:
@@ -262,6 +267,11 @@ class _Check:
             raise InvalidInputError(f"the meta of history {hid!r} is not a JSON object")
         self.seen.append(hid)
         self.now = _History(row)
+        if kind == "agent" and parent is not None and parent not in self.names:
+            raise InvalidInputError(
+                f"agent session {hid!r} belongs to history {parent!r}, which the file does not hold: an import"
+                " writes the file's histories with their own sessions, never a session into another history"
+            )
         if kind == "agent" and parent in self.names:  # a session of a history in the file: named after it
             old, new = session_prefix(parent), session_prefix(self.names[parent])
             if not hid.startswith(old):
@@ -305,6 +315,9 @@ class _Check:
         )
         if problems:
             raise InvalidInputError(problems[0])
+        problem = unit_problem(note)  # the digests hold: is it a unit a write could have stored?
+        if problem is not None:
+            raise InvalidInputError(problem)
         earlier = {d for _, d in links if d < seq}
         if earlier != h.back.pop(seq, set()):
             raise InvalidInputError(f"the links between note {seq} and the notes before it are not the ones written")
@@ -340,6 +353,7 @@ class _Check:
                                bool(row["flagged"]), h.digests[last])  # fmt: skip
         if row["digest"] != digest:
             raise InvalidInputError(f"the merged record of notes {first}..{last} does not match its digest")
+        h.merged.append((first, last, int(row["level"]), digest))
         return row
 
     def step(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -389,17 +403,18 @@ class _Check:
         assert h is not None
         if h.back:
             raise InvalidInputError(f"note {min(h.back)} is linked to by earlier notes but missing")
+        if row["head"] is None:
+            if h.digests or h.steps or h.requests or h.state or h.merged:
+                raise InvalidInputError(f"history {h.id!r} holds rows but no head")
+            return row
+        stored = Head.from_json({**json.loads(row["head"]), "signature": row["signature"]})
         rows = Head(
             history=h.id, epoch=h.epoch, notes=len(h.digests), note=h.digests[-1] if h.digests else "",
             steps=h.steps, step=h.step, requests=h.requests, request=h.request, state=state_digest(h.state),
             erasures=len(h.erasures), erasure=str(h.erasures[-1][5]) if h.erasures else "",
+            version=stored.version, row=h.row, merges=len(h.merged), merge=merged_set_digest(h.merged),
         )  # fmt: skip
-        if row["head"] is None:
-            if h.digests or h.steps or h.requests or h.state:
-                raise InvalidInputError(f"history {h.id!r} holds rows but no head")
-            return row
-        stored = Head.from_json({**json.loads(row["head"]), "signature": row["signature"]})
-        if stored.digest != rows.digest:
+        if stored.digest != rows.digest:  # a head of version 1 (exported before) covers neither row nor merges
             raise InvalidInputError(
                 f"the head of history {h.id!r} (notes {stored.notes}, steps {stored.steps}, requests {stored.requests})"
                 f" does not match the rows before it (notes {rows.notes}, steps {rows.steps}, requests"

@@ -229,10 +229,10 @@ ERASED_MARK = "(erased)"  # what a render shows where erased words were, when th
 
 def erased_draft(unit: UnitDraft | Any, erased: Callable[[Block], bool], *, marker: bool = False) -> UnitDraft:
     """``unit`` (a draft or a note) without the blocks ``erased`` names, as a draft (its id, session,
-    date and steps kept). With ``marker``, one block :data:`ERASED_MARK` stands where each run of erased
-    blocks was (``[step N] (erased)`` for an agent step); a marker names no turn or step, so it is never
-    erased again and a record is written without it. No words left: a draft of the markers alone
-    (without ``marker``: of no block)."""
+    date and steps kept). With ``marker``, one block :data:`ERASED_MARK` stands where each erased turn
+    was (``[step N] (erased)`` for an agent step's blocks), so a turn's place (``unit#n``) stays the
+    place it was written at; a marker names no turn or step, so it is never erased again and a record is
+    written without it. No words left: a draft of one marker (without ``marker``: of no block)."""
     kept: list[Block] = []
     real = 0
     last_marked: object = None
@@ -242,13 +242,13 @@ def erased_draft(unit: UnitDraft | Any, erased: Callable[[Block], bool], *, mark
             real += not is_marker(b)
             last_marked = None
             continue
-        key = b.step if b.step is not None else "turn"
+        key = b.step if b.step is not None else id(b)  # one marker a step, one a turn
         if marker and key != last_marked:
             text = ERASED_MARK if b.step is None else f"[step {b.step}] {ERASED_MARK}"
             kept.append(Block(kind=b.kind, text=text, label="" if b.step is None else f"step {b.step}", start=0))
         last_marked = key
-    if not real:  # no words left: the markers alone (with ``marker``), else nothing
-        kept = [b for b in kept if is_marker(b)] if marker else []
+    if not real:  # no words left: one marker (with ``marker``), else nothing
+        kept = [b for b in kept if is_marker(b)][:1] if marker else []
     raw, blocks = _rebase(kept)
     return UnitDraft(
         unit_id=unit.unit_id, kind=unit.kind, raw=raw, blocks=blocks, session_id=unit.session_id, date=unit.date,
