@@ -81,9 +81,10 @@ def time_tag(text: str) -> str:
 
 def piece_label(text: str) -> str:
     """A piece's label as shown: a speaker by :func:`part`; an agent output's ``step N · output of
-    <command>`` with its command by :func:`part` (the first `` · `` is the label's own)."""
+    <command>`` with its command by :func:`part` (the first `` · `` is the label's own); dashes shown as
+    ``-`` in either (an en dash between two dates is a merged span's mark)."""
     m = _OUTPUT_LABEL.fullmatch(text)
-    return m.group(1) + part(m.group(2)) if m else part(text)
+    return m.group(1) + part(m.group(2)).translate(_DASHES) if m else part(text).translate(_DASHES)
 
 
 def shown(note: Note, start: int, end: int) -> str:
